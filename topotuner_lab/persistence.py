@@ -1,0 +1,190 @@
+"""Persistence diagrams of a matrix seen as the point cloud of its rows (Vietoris–Rips).
+
+H0 is computed exactly by our own route: H0 of a Rips filtration is the minimum spanning
+tree of the complete distance graph, so one float64 distance matrix (a single BLAS product)
+plus an O(n²) Prim gives every death time. H1 comes from giotto-ph on the same distance
+matrix. Both are tested against ripser.py / gudhi.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from .errors import InvalidMatrixError, ParameterError
+
+Metric = Literal["euclidean", "cosine"]
+METRICS: tuple[str, ...] = ("euclidean", "cosine")
+
+
+@dataclass(frozen=True)
+class PersistenceSettings:
+    """How a diagram is computed; part of every cache key."""
+
+    maxdim: int = 1
+    metric: Metric = "euclidean"
+    n_perm: int | None = None  # greedy-permutation subsample size for H1 (None: all rows)
+    seed: int = 0  # start point of the greedy permutation
+    n_threads: int = 1
+
+    def __post_init__(self) -> None:
+        if self.maxdim not in (0, 1):
+            raise ParameterError(f"maxdim={self.maxdim!r} is not supported", "use maxdim=0 (H0) or maxdim=1 (H0 and H1)")
+        if self.metric not in METRICS:
+            raise ParameterError(f"unknown metric {self.metric!r}", f"use one of {', '.join(METRICS)}")
+        if self.n_perm is not None and (not isinstance(self.n_perm, int) or self.n_perm < 3):
+            raise ParameterError(f"n_perm={self.n_perm!r} is not a row count >= 3", "pass an integer >= 3, or None for all rows")
+
+    def key(self) -> dict[str, object]:
+        """Settings that change the diagram (threads do not)."""
+        return {"maxdim": self.maxdim, "metric": self.metric, "n_perm": self.n_perm, "seed": self.seed}
+
+
+@dataclass
+class Diagrams:
+    """Finite persistence pairs per homology dimension: ``dgms[k]`` is an (m, 2) birth/death array.
+
+    The single infinite H0 bar is left out: every diagram has exactly one, born at 0, so it never
+    contributes to a distance.
+    """
+
+    dgms: list[np.ndarray] = field(default_factory=list)
+
+    def __getitem__(self, dim: int) -> np.ndarray:
+        return self.dgms[dim]
+
+    def __len__(self) -> int:
+        return len(self.dgms)
+
+
+def validate_matrix(matrix: np.ndarray, name: str = "matrix") -> np.ndarray:
+    """Return ``matrix`` as float64 2-D, or raise a clear error for NaN/Inf or too few rows."""
+    arr = np.asarray(matrix)
+    if arr.ndim != 2:
+        raise InvalidMatrixError(f"{name} has shape {arr.shape}, not a 2-D matrix", "pass a weight matrix (rows x columns)")
+    if arr.shape[0] < 2:
+        raise InvalidMatrixError(
+            f"{name} has {arr.shape[0]} row(s); a point cloud needs at least 2 rows for any persistence pair",
+            "pass a matrix with 2 or more rows (check you did not select a bias vector or a single row)",
+        )
+    arr = arr.astype(np.float64, copy=False)
+    if not np.isfinite(arr).all():
+        bad = int((~np.isfinite(arr)).sum())
+        raise InvalidMatrixError(
+            f"{name} contains {bad} NaN/Inf value(s)",
+            "the weights are corrupt or training diverged: re-extract the snapshot from a healthy checkpoint",
+        )
+    return arr
+
+
+def distance_matrix(points: np.ndarray, metric: Metric = "euclidean") -> np.ndarray:
+    """Pairwise row distances in float64 via one matrix product (Gram trick).
+
+    ``cosine`` is 1 - cos(x_i, x_j) (rows of zero norm count as distance 1 from everything).
+    """
+    x = validate_matrix(points)
+    if metric == "cosine":
+        norms = np.linalg.norm(x, axis=1, keepdims=True)
+        x = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+        dist = 1.0 - x @ x.T
+        np.clip(dist, 0.0, 2.0, out=dist)
+    elif metric == "euclidean":
+        sq = np.einsum("ij,ij->i", x, x)
+        dist = x @ x.T
+        dist *= -2.0
+        dist += sq[:, None]
+        dist += sq[None, :]
+        np.maximum(dist, 0.0, out=dist)
+        np.sqrt(dist, out=dist)
+    else:
+        raise ParameterError(f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
+    np.fill_diagonal(dist, 0.0)
+    return dist
+
+
+def mst_edges(dist: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A minimum spanning tree of the complete graph ``dist`` by dense Prim, O(n²).
+
+    Returns ``(parent, child, length)`` arrays of the n-1 tree edges. Zero-length edges
+    (duplicate rows) are kept, unlike scipy's sparse MST.
+    """
+    n = dist.shape[0]
+    in_tree = np.zeros(n, dtype=bool)
+    best = dist[0].copy()
+    nearest = np.zeros(n, dtype=np.int64)
+    in_tree[0] = True
+    best[0] = np.inf
+    parent = np.empty(n - 1, dtype=np.int64)
+    child = np.empty(n - 1, dtype=np.int64)
+    for k in range(n - 1):
+        j = int(np.argmin(best))
+        parent[k], child[k] = nearest[j], j
+        in_tree[j] = True
+        closer = dist[j] < best
+        best[closer] = dist[j][closer]
+        nearest[closer] = j
+        best[in_tree] = np.inf
+    return parent, child, dist[parent, child]
+
+
+def exact_pair_distances(points: np.ndarray, i: np.ndarray, j: np.ndarray, metric: Metric = "euclidean") -> np.ndarray:
+    """Distances of the row pairs (i, j) computed from differences, free of the Gram trick's cancellation."""
+    x = np.asarray(points, dtype=np.float64)
+    if metric == "cosine":
+        norms = np.linalg.norm(x, axis=1, keepdims=True)
+        x = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+        zero = (norms[i, 0] == 0) | (norms[j, 0] == 0)
+        return np.where(zero & (i != j), 1.0, 0.5 * np.einsum("ij,ij->i", x[i] - x[j], x[i] - x[j]))
+    return np.linalg.norm(x[i] - x[j], axis=1)
+
+
+def h0_diagram(points: np.ndarray, dist: np.ndarray | None = None, metric: Metric = "euclidean") -> np.ndarray:
+    """Finite H0 pairs (birth 0, death = MST edge length), sorted by death.
+
+    The tree is found on the fast Gram-trick distances; its edge lengths are then recomputed
+    exactly from row differences, so tiny distances (near-duplicate rows) are not lost to cancellation.
+    """
+    dist = distance_matrix(points, metric) if dist is None else dist
+    parent, child, _ = mst_edges(dist)
+    deaths = np.sort(exact_pair_distances(points, parent, child, metric))
+    return np.column_stack([np.zeros_like(deaths), deaths])
+
+
+def greedy_permutation(dist: np.ndarray, n_perm: int, seed: int = 0) -> np.ndarray:
+    """Indices of a farthest-point (greedy permutation) subsample of size ``n_perm``."""
+    n = dist.shape[0]
+    if n_perm >= n:
+        return np.arange(n)
+    start = int(np.random.default_rng(seed).integers(n))
+    idx = np.empty(n_perm, dtype=np.int64)
+    idx[0] = start
+    reach = dist[start].copy()
+    for k in range(1, n_perm):
+        nxt = int(np.argmax(reach))
+        idx[k] = nxt
+        np.minimum(reach, dist[nxt], out=reach)
+    return idx
+
+
+def h1_diagram(dist: np.ndarray, n_threads: int = 1) -> np.ndarray:
+    """Finite H1 pairs of the Rips filtration of a precomputed distance matrix (giotto-ph)."""
+    from gph import ripser_parallel
+
+    out = ripser_parallel(dist, maxdim=1, metric="precomputed", n_threads=n_threads)
+    dgm = np.asarray(out["dgms"][1], dtype=np.float64).reshape(-1, 2)
+    return dgm[np.isfinite(dgm[:, 1])]
+
+
+def diagrams(matrix: np.ndarray, settings: PersistenceSettings | None = None) -> Diagrams:
+    """Persistence diagrams (H0 and, if ``maxdim=1``, H1) of the rows of ``matrix``."""
+    settings = settings or PersistenceSettings()
+    dist = distance_matrix(matrix, settings.metric)
+    result = Diagrams([h0_diagram(matrix, dist, settings.metric)])
+    if settings.maxdim >= 1:
+        if settings.n_perm is not None:
+            idx = greedy_permutation(dist, settings.n_perm, settings.seed)
+            dist = dist[np.ix_(idx, idx)]
+        result.dgms.append(h1_diagram(dist, settings.n_threads))
+    return result

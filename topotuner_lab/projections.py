@@ -1,0 +1,97 @@
+"""Attention projections of a transformer, with stable ids such as ``L12.q``.
+
+Each supported architecture maps parameter names to (layer, kind) with a regular expression.
+A matrix is always returned in ``nn.Linear`` layout (out_features x in_features), so its rows
+are the output neurons; GPT-2's fused, transposed ``c_attn`` is split into q, k and v.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from .errors import ParameterError, UnsupportedArchitectureError
+
+KINDS: tuple[str, ...] = ("q", "k", "v", "o")
+
+_LLAMA_LIKE = (r"(?:^|\.)layers\.(\d+)\.self_attn\.(q|k|v|o)_proj\.weight$", {"q": "q", "k": "k", "v": "v", "o": "o"})
+_BERT_LIKE = (
+    r"(?:^|\.)layer\.(\d+)\.attention\.(?:self\.(query|key|value)|output\.(dense))\.weight$",
+    {"query": "q", "key": "k", "value": "v", "dense": "o"},
+)
+_GPT2 = (r"(?:^|\.)h\.(\d+)\.attn\.(c_attn|c_proj)\.weight$", {"c_attn": "qkv", "c_proj": "o"})
+
+#: model_type -> (parameter-name pattern, name-to-kind map)
+ARCHITECTURES: dict[str, tuple[str, dict[str, str]]] = {
+    **{t: _LLAMA_LIKE for t in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gemma", "gemma2", "gemma3", "gemma3_text", "olmo", "olmo2")},
+    **{t: _BERT_LIKE for t in ("bert", "roberta", "xlm-roberta", "electra")},
+    "gpt2": _GPT2,
+}
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One attention projection matrix: where it lives in the model and how to read it."""
+
+    pid: str
+    layer: int
+    kind: str
+    param_name: str
+    transposed: bool = False  # stored as (in, out), e.g. GPT-2 Conv1D
+    row_start: int = 0  # rows [row_start, row_stop) of the (out x in) matrix; fused q/k/v
+    row_stop: int | None = None
+
+    def matrix(self, model: torch.nn.Module) -> torch.Tensor:
+        """The projection as an (out x in) tensor view of the model's parameter."""
+        weight = model.get_parameter(self.param_name)
+        weight = weight.T if self.transposed else weight
+        return weight[self.row_start : self.row_stop]
+
+
+def model_type(model: torch.nn.Module) -> str:
+    config = getattr(model, "config", None)
+    return str(getattr(config, "model_type", type(model).__name__))
+
+
+def enumerate_projections(model: torch.nn.Module) -> list[Projection]:
+    """All attention projections of ``model``, ordered by layer then q, k, v, o."""
+    mtype = model_type(model)
+    if mtype not in ARCHITECTURES:
+        raise UnsupportedArchitectureError(
+            f"architecture {mtype!r} is not supported for attention-projection enumeration",
+            f"use a model of a supported type: {', '.join(sorted(ARCHITECTURES))}; "
+            "or add a pattern for it to topotuner_lab.projections.ARCHITECTURES",
+        )
+    pattern, kinds = ARCHITECTURES[mtype]
+    regex = re.compile(pattern)
+    found: list[Projection] = []
+    for name, param in model.named_parameters():
+        match = regex.search(name)
+        if not match:
+            continue
+        layer = int(match.group(1))
+        raw = next(g for g in match.groups()[1:] if g)
+        kind = kinds[raw]
+        if kind == "qkv":  # GPT-2: Conv1D weight (in, 3*out), q/k/v stacked along out
+            width = param.shape[1] // 3
+            for i, sub in enumerate("qkv"):
+                found.append(Projection(f"L{layer}.{sub}", layer, sub, name, True, i * width, (i + 1) * width))
+        else:
+            found.append(Projection(f"L{layer}.{kind}", layer, kind, name, mtype == "gpt2"))
+    if not found:
+        raise UnsupportedArchitectureError(
+            f"no attention projections found in a {mtype!r} model",
+            "check that the model is a standard Hugging Face implementation (custom remote code may rename layers)",
+        )
+    found.sort(key=lambda p: (p.layer, KINDS.index(p.kind)))
+    return found
+
+
+def parse_pid(pid: str) -> tuple[int, str]:
+    """``"L12.q"`` -> ``(12, "q")``."""
+    match = re.fullmatch(r"L(\d+)\.([qkvo])", pid)
+    if not match:
+        raise ParameterError(f"{pid!r} is not a projection id", "ids look like 'L12.q' (layer number, then one of q, k, v, o)")
+    return int(match.group(1)), match.group(2)
