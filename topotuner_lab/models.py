@@ -66,15 +66,30 @@ def tiny_config(name: str, **overrides: Any) -> Any:
     return cfg
 
 
+def tiny_tokenizer() -> Any:
+    """A byte-level tokenizer (256 byte tokens + pad + eos) built in memory, for the tiny models."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {ch: i for i, ch in enumerate(alphabet)} | {"<pad>": 256, "<eos>": 257}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+
+
 def build_tiny_model(name: str = "tiny-llama", seed: int = 0, **overrides: Any) -> LoadedModel:
-    """A randomly initialised tiny model built in memory (no download, deterministic per seed)."""
+    """A randomly initialised tiny model with a byte tokenizer, built in memory (deterministic per seed)."""
     from transformers import AutoModel, AutoModelForCausalLM
 
     cfg = tiny_config(name, **overrides)
     torch.manual_seed(seed)
     factory = AutoModel if name == "tiny-bert" else AutoModelForCausalLM
     model = factory.from_config(cfg, dtype=torch.float32)
-    return LoadedModel(model.eval(), None, name, f"seed={seed}", "tiny")
+    tokenizer = tiny_tokenizer()
+    model.config.pad_token_id, model.config.eos_token_id = tokenizer.pad_token_id, tokenizer.eos_token_id
+    return LoadedModel(model.eval(), tokenizer, name, f"seed={seed}", "tiny")
 
 
 def embedded_gguf_path(alias: str = DEFAULT_MODEL) -> Path:

@@ -16,12 +16,13 @@ from .errors import ParameterError, UnsupportedArchitectureError
 
 KINDS: tuple[str, ...] = ("q", "k", "v", "o")
 
-_LLAMA_LIKE = (r"(?:^|\.)layers\.(\d+)\.self_attn\.(q|k|v|o)_proj\.weight$", {"q": "q", "k": "k", "v": "v", "o": "o"})
+# ``(?:base_layer\.)?`` also finds the frozen base weight inside a peft LoRA layer.
+_LLAMA_LIKE = (r"(?:^|\.)layers\.(\d+)\.self_attn\.(q|k|v|o)_proj\.(?:base_layer\.)?weight$", {"q": "q", "k": "k", "v": "v", "o": "o"})
 _BERT_LIKE = (
-    r"(?:^|\.)layer\.(\d+)\.attention\.(?:self\.(query|key|value)|output\.(dense))\.weight$",
+    r"(?:^|\.)layer\.(\d+)\.attention\.(?:self\.(query|key|value)|output\.(dense))\.(?:base_layer\.)?weight$",
     {"query": "q", "key": "k", "value": "v", "dense": "o"},
 )
-_GPT2 = (r"(?:^|\.)h\.(\d+)\.attn\.(c_attn|c_proj)\.weight$", {"c_attn": "qkv", "c_proj": "o"})
+_GPT2 = (r"(?:^|\.)h\.(\d+)\.attn\.(c_attn|c_proj)\.(?:base_layer\.)?weight$", {"c_attn": "qkv", "c_proj": "o"})
 
 #: model_type -> (parameter-name pattern, name-to-kind map)
 ARCHITECTURES: dict[str, tuple[str, dict[str, str]]] = {
@@ -44,13 +45,19 @@ class Projection:
     row_stop: int | None = None
 
     def matrix(self, model: torch.nn.Module) -> torch.Tensor:
-        """The projection as an (out x in) tensor view of the model's parameter."""
+        """The projection as an (out x in) tensor; under a LoRA adapter, the merged weight W + BA."""
         weight = model.get_parameter(self.param_name)
+        if ".base_layer." in self.param_name:
+            lora_layer = model.get_submodule(self.param_name.rsplit(".base_layer.", 1)[0])
+            for adapter in getattr(lora_layer, "active_adapters", []):
+                weight = weight + lora_layer.get_delta_weight(adapter)
         weight = weight.T if self.transposed else weight
         return weight[self.row_start : self.row_stop]
 
 
 def model_type(model: torch.nn.Module) -> str:
+    if hasattr(model, "get_base_model"):  # a peft wrapper
+        model = model.get_base_model()
     config = getattr(model, "config", None)
     return str(getattr(config, "model_type", type(model).__name__))
 

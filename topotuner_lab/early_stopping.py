@@ -1,0 +1,84 @@
+"""Topology-based early stopping as a Hugging Face ``TrainerCallback``.
+
+After each epoch the callback computes the epoch-to-epoch drift of the monitored projections
+(sum over them of one drift-table column, H0 Wasserstein-1 by default). It normalizes that
+drift by the first epoch's drift (epoch 0 -> 1), so the first epoch is 1.0 by definition, and
+stops training once the normalized drift falls below ``threshold`` (from epoch ``min_epochs`` on).
+With ``observe_only=True`` it records the epoch at which it would have stopped and lets training
+run its full budget, so both accuracies can be compared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
+
+from .drift import DriftCache, DriftSettings, drift_between
+from .errors import ParameterError
+from .projections import enumerate_projections
+
+
+def projection_matrices(model: torch.nn.Module, pids: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Current float32 copies of the model's attention projections (merged under LoRA)."""
+    with torch.no_grad():
+        return {p.pid: p.matrix(model).detach().float().cpu().numpy().copy() for p in enumerate_projections(model) if pids is None or p.pid in pids}
+
+
+class TopologicalEarlyStopping(TrainerCallback, ExportableState):
+    """Stop when normalized epoch-to-epoch topological drift falls below ``threshold``."""
+
+    def __init__(
+        self,
+        threshold: float = 0.3,
+        *,
+        pids: list[str] | None = None,
+        metric: str = "h0_w1",
+        settings: DriftSettings | dict[str, Any] | None = None,
+        min_epochs: int = 2,
+        observe_only: bool = False,
+    ) -> None:
+        if not (isinstance(threshold, (int, float)) and 0 < threshold < 1):
+            raise ParameterError(f"stopping threshold {threshold!r} is not in (0, 1)", "normalized drift starts at 1.0; use e.g. 0.3")
+        self.threshold = float(threshold)
+        self.pids = pids
+        self.metric = metric
+        if isinstance(settings, dict):
+            settings = DriftSettings(**{k: tuple(v) if k == "orders" else v for k, v in settings.items() if k != "v"})
+        self.settings = settings or DriftSettings(maxdim=0, orders=(1.0,), bottleneck=False)
+        if metric not in self.settings.columns():
+            raise ParameterError(f"metric {metric!r} is not computed by these drift settings", f"use one of {self.settings.columns()}")
+        self.min_epochs = min_epochs
+        self.observe_only = observe_only
+        self.history: list[dict[str, float]] = []
+        self.reference: float | None = None
+        self.stop_epoch: int | None = None
+        self._previous: dict[str, np.ndarray] | None = None
+
+    # transformers saves this with checkpoints (ExportableState), so a resumed run keeps its history
+    def state(self) -> dict[str, Any]:
+        return {"args": {"threshold": self.threshold, "pids": self.pids, "metric": self.metric, "min_epochs": self.min_epochs, "observe_only": self.observe_only, "settings": self.settings.key()},
+                "attributes": {"history": self.history, "reference": self.reference, "stop_epoch": self.stop_epoch}}
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._previous = projection_matrices(model, self.pids)
+
+    def on_epoch_end(self, args, state, control, model=None, **kwargs):
+        current = projection_matrices(model, self.pids)
+        table = drift_between(self._previous, current, self.settings, n_jobs=1, cache=DriftCache(None))
+        drift = float(table[self.metric].sum())
+        if self.reference is None:
+            self.reference = drift if drift > 0 else float("nan")
+        normalized = drift / self.reference if self.reference else float("nan")
+        epoch = int(round(state.epoch or len(self.history) + 1))
+        self.history.append({"epoch": epoch, "drift": drift, "normalized": normalized})
+        state.log_history.append({"epoch": epoch, "topo_drift": drift, "topo_drift_normalized": normalized})
+        if self.stop_epoch is None and epoch >= self.min_epochs and normalized < self.threshold:
+            self.stop_epoch = epoch
+            if not self.observe_only:
+                control.should_training_stop = True
+        self._previous = current
+        return control

@@ -1,0 +1,100 @@
+"""Scoring a causal LM: label-likelihood accuracy, GSM8K exact match and held-out perplexity."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .tasks import final_number
+
+
+def encode(tokenizer: Any, prompt: str, target: str = "", max_length: int = 128) -> tuple[list[int], list[int]]:
+    """Token ids of prompt and target; the prompt is cut from the left so the target always fits."""
+    target_ids = tokenizer(target, add_special_tokens=False).input_ids if target else []
+    prompt_ids = tokenizer(prompt, add_special_tokens=True).input_ids
+    room = max(1, max_length - len(target_ids))
+    return prompt_ids[-room:], target_ids[: max_length - 1]
+
+
+def _pad(rows: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row)
+        mask[i, : len(row)] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def continuation_logprobs(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[str], continuations: Sequence[str], *, max_length: int = 128, batch_size: int = 16) -> np.ndarray:
+    """log p(continuation | prompt) for every (prompt, continuation) pair: an (n_prompts, n_continuations) array."""
+    model.eval()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    label_ids = [tokenizer(c, add_special_tokens=False).input_ids for c in continuations]
+    if all(len(ids) == 1 for ids in label_ids):  # one forward per prompt, read the next-token distribution
+        return _next_token_logprobs(model, prompts, [ids[0] for ids in label_ids], tokenizer, pad, max_length, batch_size)
+    pairs = [(i, j, *encode(tokenizer, p, c, max_length)) for i, p in enumerate(prompts) for j, c in enumerate(continuations)]
+    out = np.zeros((len(prompts), len(continuations)))
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start : start + batch_size]
+        ids, mask = _pad([pr + tg for _, _, pr, tg in chunk], pad)
+        logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
+        for row, (i, j, pr, tg) in enumerate(chunk):
+            positions = torch.arange(len(pr) - 1, len(pr) + len(tg) - 1)
+            out[i, j] = float(logp[row, positions, torch.tensor(tg)].sum())
+    return out
+
+
+def _next_token_logprobs(model: torch.nn.Module, prompts: Sequence[str], token_ids: list[int], tokenizer: Any, pad: int, max_length: int, batch_size: int) -> np.ndarray:
+    encoded = [encode(tokenizer, p, "", max_length - 1)[0] for p in prompts]
+    out = np.zeros((len(prompts), len(token_ids)))
+    for start in range(0, len(encoded), batch_size):
+        chunk = encoded[start : start + batch_size]
+        ids, mask = _pad(chunk, pad)
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        last = logits[torch.arange(len(chunk)), mask.sum(dim=1) - 1].float()
+        out[start : start + len(chunk)] = torch.log_softmax(last, dim=-1)[:, token_ids].numpy()
+    return out
+
+
+def classification_accuracy(model: torch.nn.Module, tokenizer: Any, dataset: Any, labels: Sequence[str], **kwargs: Any) -> float:
+    """Share of rows whose true label word is the most likely continuation."""
+    if len(dataset) == 0:
+        return float("nan")
+    scores = continuation_logprobs(model, tokenizer, dataset["prompt"], labels, **kwargs)
+    return float(np.mean(scores.argmax(axis=1) == np.asarray(dataset["label"])))
+
+
+@torch.no_grad()
+def gsm8k_exact_match(model: torch.nn.Module, tokenizer: Any, dataset: Any, *, max_new_tokens: int = 128, max_length: int = 256) -> float:
+    """Greedy answers; a row counts when its final number equals the reference's."""
+    model.eval()
+    hits = 0
+    for row in dataset:
+        prompt_ids, _ = encode(tokenizer, row["prompt"], "", max_length)
+        generated = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
+        answer = tokenizer.decode(generated[0, len(prompt_ids) :], skip_special_tokens=True)
+        hits += final_number(answer) is not None and final_number(answer) == final_number(row["target"])
+    return hits / max(1, len(dataset))
+
+
+@torch.no_grad()
+def perplexity(model: torch.nn.Module, tokenizer: Any, texts: Sequence[str], *, max_length: int = 128, batch_size: int = 8) -> float:
+    """exp(mean token negative log-likelihood) over ``texts``: the forgetting probe on general text."""
+    model.eval()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    total_nll, total_tokens = 0.0, 0
+    encoded = [tokenizer(t, add_special_tokens=True).input_ids[:max_length] for t in texts]
+    for start in range(0, len(encoded), batch_size):
+        ids, mask = _pad(encoded[start : start + batch_size], pad)
+        labels = ids.masked_fill(mask == 0, -100)
+        logits = model(input_ids=ids, attention_mask=mask).logits.float()
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100, reduction="sum")
+        total_nll += float(loss)
+        total_tokens += int((labels[:, 1:] != -100).sum())
+    return math.exp(total_nll / max(1, total_tokens))

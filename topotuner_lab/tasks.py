@@ -1,0 +1,143 @@
+"""Tasks as prompt + target text for a causal LM, read with ``datasets`` from a local file or the hub.
+
+Classification (SST-2, AG News) is framed as a prompt followed by a label word and scored by the
+label's likelihood; GSM8K as question -> worked answer, scored by exact match of the final number.
+Local copies are looked up in ``$TOPOTUNER_DATA`` or the ``shared/data`` folder beside the project.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import TaskError
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """How one task is read and framed."""
+
+    name: str
+    kind: str  # "classification" or "generation"
+    template: str  # prompt with a {text} slot
+    labels: tuple[str, ...] = ()  # label words (classification), index = label id
+    files: tuple[tuple[str, str], ...] = ()  # (split, file relative to the data dir)
+    text_column: str = "text"
+    label_column: str = "label"
+    hub: tuple[str, ...] = ()  # datasets.load_dataset(*hub)
+    hub_splits: tuple[tuple[str, str], ...] = ()
+
+
+TASKS: dict[str, TaskSpec] = {
+    "sst2": TaskSpec(
+        "sst2", "classification", "Review: {text}\nSentiment:", (" negative", " positive"),
+        (("train", "sst2/train.tsv"), ("validation", "sst2/dev.tsv"), ("test", "sst2/test.tsv")),
+        "sentence", "label", ("nyu-mll/glue", "sst2"), (("train", "train"), ("validation", "validation"), ("test", "validation")),
+    ),
+    "agnews": TaskSpec(
+        "agnews", "classification", "News: {text}\nTopic:", (" World", " Sports", " Business", " Science"),
+        (("train", "agnews/dev.tsv"), ("test", "agnews/test.tsv")),
+        "text", "label", ("fancyzhx/ag_news",), (("train", "train"), ("test", "test")),
+    ),
+    "gsm8k": TaskSpec(
+        "gsm8k", "generation", "Question: {text}\nAnswer:", (),
+        (("train", "gsm8k/train.jsonl"), ("test", "gsm8k/test.jsonl")),
+        "question", "answer", ("openai/gsm8k", "main"), (("train", "train"), ("test", "test")),
+    ),
+}
+_AGNEWS_NAMES = {"World": 0, "Sports": 1, "Business": 2, "Sci/Tech": 3}
+
+
+def data_dir() -> Path:
+    """The offline data folder: ``$TOPOTUNER_DATA``, else the first ``shared/data`` above the package or cwd."""
+    if os.environ.get("TOPOTUNER_DATA"):
+        return Path(os.environ["TOPOTUNER_DATA"])
+    for start in (Path(__file__).resolve().parent, Path.cwd().resolve()):
+        for folder in (start, *start.parents):
+            candidate = folder / "shared" / "data"
+            if candidate.is_dir():
+                return candidate
+    raise TaskError("no offline data folder found (looked for shared/data above the project and the current folder)", "set TOPOTUNER_DATA to the folder holding sst2/, agnews/, gsm8k/")
+
+
+def get_task(name: str) -> TaskSpec:
+    if name not in TASKS:
+        raise TaskError(f"unknown task {name!r}", f"use one of {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def _read_local(spec: TaskSpec, path: Path) -> Any:
+    import datasets
+
+    if not path.is_file():
+        raise TaskError(f"data file {path} for task {spec.name!r} does not exist", "check TOPOTUNER_DATA / the shared data folder, or pass source='hub'")
+    if path.suffix == ".jsonl":
+        ds = datasets.load_dataset("json", data_files=str(path), split="train")
+    elif spec.name == "agnews":  # TSV without header: text, label name
+        ds = datasets.load_dataset("csv", data_files=str(path), delimiter="\t", column_names=["text", "label"], quoting=3, split="train")
+    else:
+        ds = datasets.load_dataset("csv", data_files=str(path), delimiter="\t", quoting=3, split="train")
+    return ds
+
+
+def _check_columns(spec: TaskSpec, ds: Any, where: str) -> None:
+    missing = [c for c in (spec.text_column, spec.label_column) if c not in ds.column_names]
+    if missing:
+        raise TaskError(
+            f"{where} has no column(s) {missing} needed by task {spec.name!r} (it has {ds.column_names})",
+            f"give a file with columns {spec.text_column!r} and {spec.label_column!r}",
+        )
+
+
+def _label_id(spec: TaskSpec, value: Any) -> int:
+    if spec.name == "agnews" and isinstance(value, str):
+        return _AGNEWS_NAMES[value]
+    return int(value)
+
+
+def final_number(answer: str) -> str | None:
+    """The number after GSM8K's ``####`` (or the last number in a generated answer)."""
+    tail = answer.split("####")[-1]
+    numbers = re.findall(r"-?\d[\d,]*\.?\d*", tail)
+    return numbers[-1].replace(",", "").rstrip(".") if numbers else None
+
+
+def load_task(name: str, split: str = "train", n: int | None = None, seed: int = 0, source: str | os.PathLike[str] | None = None) -> Any:
+    """Rows with ``prompt``, ``target`` (text to learn), ``label`` (int, -1 for generation) as a ``datasets.Dataset``.
+
+    ``source``: None reads the offline copy; ``"hub"`` loads from the Hugging Face hub; a file path reads that file.
+    ``n`` rows are drawn at random with ``seed`` (the data-order seed recorded in results).
+    """
+    spec = get_task(name)
+    if source == "hub":
+        import datasets
+
+        hub_split = dict(spec.hub_splits).get(split)
+        if hub_split is None:
+            raise TaskError(f"task {name!r} has no split {split!r}", f"use one of {[s for s, _ in spec.hub_splits]}")
+        ds, where = datasets.load_dataset(*spec.hub, split=hub_split), f"hub {spec.hub}"
+    else:
+        rel = dict(spec.files).get(split)
+        if rel is None and source is None:
+            raise TaskError(f"task {name!r} has no local split {split!r}", f"use one of {[s for s, _ in spec.files]}")
+        path = Path(source) if source is not None else data_dir() / rel
+        ds, where = _read_local(spec, path), str(path)
+    _check_columns(spec, ds, where)
+    ds = ds.filter(lambda row: row[spec.text_column] is not None and row[spec.label_column] is not None)
+    if n is not None and n < len(ds):
+        ds = ds.shuffle(seed=seed).select(range(n))
+
+    def frame(row: dict[str, Any]) -> dict[str, Any]:
+        text = str(row[spec.text_column]).strip()
+        if spec.kind == "classification":
+            label = _label_id(spec, row[spec.label_column])
+            return {"prompt": spec.template.format(text=text), "target": spec.labels[label], "label": label}
+        return {"prompt": spec.template.format(text=text), "target": " " + str(row[spec.label_column]).strip(), "label": -1}
+
+    import datasets
+
+    features = datasets.Features({"prompt": datasets.Value("string"), "target": datasets.Value("string"), "label": datasets.Value("int64")})
+    return ds.map(frame, remove_columns=ds.column_names, features=features)
