@@ -1,0 +1,149 @@
+"""The paper's comparison at a size this machine can run: one resumable command, one results table.
+
+prior fine-tune -> drift table -> profile cards (high/low drift, random and magnitude controls, at
+each budget) -> each card transferred to the target tasks, beside full fine-tuning and LoRA at a
+matched budget, with topological early stopping. Every run keeps its own ``results.json``, so an
+interrupted comparison resumes by skipping what is done.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from . import atomic
+from .drift import DriftSettings, drift_table, load_table, save_table
+from .errors import ParameterError
+from .finetune import FinetuneConfig, run_finetune
+from .models import load_model
+from .profiles import ModelIdentity, ProfileCard, build_profile
+from .snapshot import extract_snapshot, load_snapshot, save_snapshot
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Sizes and grid of one comparison."""
+
+    model: str | None = None  # None: the embedded SmolLM2-135M
+    prior_tasks: tuple[str, ...] = ("sst2",)
+    target_tasks: tuple[str, ...] = ("agnews",)
+    budgets: tuple[float, ...] = (0.01,)
+    strategies: tuple[str, ...] = ("high-drift", "low-drift", "random", "magnitude")
+    baselines: tuple[str, ...] = ("full", "lora")
+    seeds: tuple[int, ...] = (0,)
+    early_stopping: tuple[bool, ...] = (True,)
+    stop_threshold: float = 0.5
+    metric: str = "h0_w1"
+    drift: DriftSettings = field(default_factory=DriftSettings)
+    prior: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(epochs=2, n_train=128))
+    target: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(epochs=4, n_train=128, eval_each_epoch=True))
+
+
+def _tiny_run(**kw: Any) -> FinetuneConfig:
+    return FinetuneConfig(n_train=16, n_test=16, n_ood=8, n_ppl=4, batch_size=8, max_length=48, learning_rate=1e-3, save_checkpoints=False, **kw)
+
+
+PRESETS: dict[str, Preset] = {
+    "tiny": Preset(model="tiny-llama", budgets=(0.05,), stop_threshold=0.9, prior=_tiny_run(epochs=1), target=_tiny_run(epochs=2)),
+    "compare": Preset(),
+    "cpu-small": Preset(
+        prior_tasks=("sst2", "agnews"), target_tasks=("sst2", "agnews"), budgets=(0.01, 0.02), seeds=(0, 1, 2), early_stopping=(True, False),
+    ),
+}
+
+
+def get_preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ParameterError(f"unknown preset {name!r}", f"use one of {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def _done(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / "results.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _run(loaded: Any, cfg: FinetuneConfig, log: Any) -> dict[str, Any]:
+    done = _done(Path(cfg.output_dir))
+    if done is not None:
+        log(f"skip (done): {cfg.output_dir}")
+        return done
+    log(f"run: {cfg.output_dir}")
+    return run_finetune(loaded, cfg)
+
+
+def run_comparison(preset: Preset, out_dir: str | Path, log: Any = print) -> pd.DataFrame:
+    """Run (or resume) the whole grid of ``preset`` under ``out_dir``; returns and writes the results table."""
+    out = Path(out_dir)
+    loaded = load_model(preset.model)
+    pre_path = out / "pretrained.safetensors"
+    pre = load_snapshot(pre_path) if pre_path.is_file() else extract_snapshot(loaded)
+    save_snapshot(pre, pre_path)
+    identity = ModelIdentity.from_snapshot(pre, sum(p.numel() for p in loaded.model.parameters()))
+    rows: list[dict[str, Any]] = []
+    for prior in preset.prior_tasks:
+        prior_cfg = replace(preset.prior, method="full", task=prior, output_dir=str(out / f"prior-{prior}"), save_snapshot=True, eval_each_epoch=False, stop_threshold=None)
+        prior_res = _run(loaded, prior_cfg, log)
+        table_path = out / f"drift-{prior}.parquet"
+        if not table_path.is_file():
+            save_table(drift_table(pre, load_snapshot(prior_res["snapshot"]), preset.drift, progress=True), table_path)
+        table = load_table(table_path)
+        cards: dict[str, Path] = {}
+        for budget in preset.budgets:
+            for strategy in preset.strategies:
+                path = out / "cards" / f"{prior}-{strategy}-{budget:g}.json"
+                if not path.is_file():
+                    build_profile(table, identity, prior_task=prior, strategy=strategy, metric=preset.metric, fraction=budget,
+                                  stop_threshold=preset.stop_threshold, drift_settings=preset.drift.key()).save(path)
+                cards[f"{strategy}@{budget:g}"] = path
+        for target in preset.target_tasks:
+            for seed in preset.seeds:
+                for stop in preset.early_stopping:
+                    base = replace(preset.target, task=target, seed=seed, stop_threshold=preset.stop_threshold if stop else None)
+                    tag = f"{target}/seed{seed}-{'es' if stop else 'full-budget'}"
+                    grid: list[tuple[str, FinetuneConfig]] = []
+                    for budget in preset.budgets:
+                        matched = str(cards[f"high-drift@{budget:g}"])
+                        for name, card in cards.items():
+                            if name.endswith(f"@{budget:g}"):
+                                grid.append((f"profile:{name}", replace(base, method="profile", profile=str(card))))
+                        if "lora" in preset.baselines:
+                            grid.append((f"lora@{budget:g}", replace(base, method="lora", lora_rank="match", profile=matched)))
+                    if "full" in preset.baselines:
+                        grid.insert(0, ("full", replace(base, method="full")))
+                    for name, cfg in grid:
+                        cfg = replace(cfg, output_dir=str(out / "runs" / f"prior-{prior}" / tag / name.replace(":", "-").replace("@", "-")))
+                        res = _run(loaded, cfg, log)
+                        rows.append(_summary(prior, target, seed, stop, name, res))
+    results = pd.DataFrame(rows)
+    save_table(results, out / "results.csv")
+    atomic.write_text(out / "results.md", results_markdown(results))
+    atomic.write_json(out / "preset.json", asdict(preset))
+    return results
+
+
+def _summary(prior: str, target: str, seed: int, stop: bool, name: str, res: dict[str, Any]) -> dict[str, Any]:
+    epoch_acc = res.get("epoch_test_accuracy") or []
+    stop_epoch = res.get("stop_epoch")
+    return {
+        "prior": prior, "target": target, "seed": seed, "early_stopping": stop, "run": name,
+        "test_acc": res["test_accuracy"], "train_acc": res["train_accuracy"], "gap": res["train_test_gap"],
+        "ood_acc_before": res["ood_accuracy_before"], "ood_acc_after": res["ood_accuracy_after"],
+        "ppl_before": res["perplexity_before"], "ppl_after": res["perplexity_after"],
+        "trainable_pct": 100 * res["trainable_fraction"], "epochs_run": res["epochs_run"], "stop_epoch": stop_epoch,
+        "acc_at_stop": epoch_acc[stop_epoch - 1] if stop_epoch and len(epoch_acc) >= stop_epoch else None,
+        "sec_per_epoch": res["seconds_per_epoch"], "train_sec": res["train_seconds"], "peak_mem_mib": res["peak_memory_mib"],
+    }
+
+
+def results_markdown(results: pd.DataFrame) -> str:
+    """The results as a Markdown table, numbers rounded for reading."""
+    shown = results.copy()
+    for col in shown.columns:
+        if shown[col].dtype.kind == "f":
+            shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:.3g}")
+    return shown.to_markdown(index=False) + "\n"
