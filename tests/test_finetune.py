@@ -1,0 +1,75 @@
+import json
+
+import pytest
+import torch
+
+from topotuner_lab.drift import DriftCache, drift_table
+from topotuner_lab.errors import ParameterError
+from topotuner_lab.finetune import FinetuneConfig, lora_rank_for, run_finetune
+from topotuner_lab.profiles import ModelIdentity, build_profile
+from topotuner_lab.snapshot import extract_snapshot, load_snapshot, perturb_snapshot
+
+TINY = dict(n_train=16, n_test=8, n_ood=8, n_ppl=2, batch_size=8, max_length=40, learning_rate=1e-3)
+
+
+@pytest.fixture
+def card_path(tiny_llama, tiny_snapshot, tmp_path):
+    table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1, cache=DriftCache(None))
+    card = build_profile(table, ModelIdentity.of(tiny_llama.model, "tiny-llama"), prior_task="sst2", count=2)
+    return card.save(tmp_path / "card.json")
+
+
+def test_full_finetune_writes_results_and_snapshot(tiny_llama, tmp_path):
+    res = run_finetune(tiny_llama, FinetuneConfig(method="full", task="sst2", output_dir=str(tmp_path / "run"), epochs=2, save_snapshot=True, **TINY))
+    on_disk = json.loads((tmp_path / "run" / "results.json").read_text())
+    for key in ("train_accuracy", "test_accuracy", "train_test_gap", "ood_accuracy_before", "ood_accuracy_after", "perplexity_before",
+                "perplexity_after", "trainable_params", "epoch_seconds", "train_seconds", "peak_memory_mib", "seeds"):
+        assert key in on_disk, key
+    assert res["epochs_run"] == 2 and len(res["epoch_seconds"]) == 2
+    assert res["trainable_fraction"] == 1.0
+    after = load_snapshot(res["snapshot"])
+    assert after.base_model == "tiny-llama"
+    assert after.weights_hash != extract_snapshot(tiny_llama).weights_hash
+    # the caller's model is left untouched
+    assert extract_snapshot(tiny_llama).weights_hash == extract_snapshot(tiny_llama.model, name="tiny-llama").weights_hash
+
+
+def test_profile_finetune_trains_only_the_card(tiny_llama, card_path, tmp_path):
+    pre = extract_snapshot(tiny_llama)
+    res = run_finetune(tiny_llama, FinetuneConfig(method="profile", profile=str(card_path), task="agnews", output_dir=str(tmp_path / "p"), epochs=1, save_snapshot=True, **TINY))
+    card = json.loads(card_path.read_text())
+    assert res["trainable_params"] == card["trainable_params"]
+    assert card["transferred_to"] == ["agnews"]
+    after = load_snapshot(res["snapshot"])
+    changed = {pid for pid in pre.matrices if not (pre.matrices[pid] == after.matrices[pid]).all()}
+    assert changed == set(card["trainable"])
+
+
+def test_lora_rank_matches_profile_budget(tiny_llama, card_path, tmp_path):
+    res = run_finetune(tiny_llama, FinetuneConfig(method="lora", lora_rank="match", profile=str(card_path), task="sst2", output_dir=str(tmp_path / "l"), epochs=1, **TINY))
+    card = json.loads(card_path.read_text())
+    assert res["lora_rank"] == lora_rank_for(tiny_llama.model, card["trainable_params"])
+    per_rank = res["trainable_params"] / res["lora_rank"]
+    assert abs(res["trainable_params"] - card["trainable_params"]) <= per_rank / 2
+
+
+def test_run_resumes_from_its_checkpoint(tiny_llama, tmp_path):
+    out = tmp_path / "r"
+    cfg = FinetuneConfig(method="full", task="sst2", output_dir=str(out), epochs=1, **TINY)
+    run_finetune(tiny_llama, cfg)
+    assert list(out.glob("checkpoint-*"))
+    more = run_finetune(tiny_llama, FinetuneConfig(**{**cfg.__dict__, "epochs": 2}))
+    assert more["resumed_from"] and more["epochs_run"] == 1  # only the missing epoch ran
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"method": "adapter"}, "unknown method"),
+    ({"method": "profile"}, "needs a profile card"),
+    ({"lora_rank": "match", "method": "lora"}, "needs a profile card"),
+    ({"task": "imdb"}, "unknown task"),
+    ({"epochs": 0}, "epochs=0"),
+    ({"n_train": "10"}, "n_train='10'"),
+])
+def test_config_errors(kwargs, message):
+    with pytest.raises(Exception, match=message):
+        FinetuneConfig(**kwargs)

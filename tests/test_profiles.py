@@ -1,0 +1,158 @@
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from topotuner_lab.drift import DriftCache, drift_table
+from topotuner_lab.errors import InputFileError, ProfileError
+from topotuner_lab.models import build_tiny_model
+from topotuner_lab.profiles import ModelIdentity, ProfileCard, apply_profile, build_profile, trainable_parameter_count
+from topotuner_lab.snapshot import extract_snapshot, perturb_snapshot
+
+
+@pytest.fixture
+def setup(tiny_llama, tiny_snapshot):
+    table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1, cache=DriftCache(None))
+    identity = ModelIdentity.of(tiny_llama.model, "tiny-llama")
+    return tiny_llama, table, identity
+
+
+def test_selection_by_count_follows_the_ranking(setup):
+    _, table, identity = setup
+    high = build_profile(table, identity, prior_task="sst2", strategy="high-drift", count=3)
+    low = build_profile(table, identity, prior_task="sst2", strategy="low-drift", count=3)
+    by_drift = table.sort_values("h0_w1", kind="stable").pid.tolist()
+    assert set(high.trainable) == set(by_drift[-3:])
+    assert set(low.trainable) == set(by_drift[:3])
+    assert set(high.trainable) | set(high.frozen) == set(table.pid) and not set(high.trainable) & set(high.frozen)
+    assert [r["pid"] for r in high.ranking] == by_drift[::-1]
+
+
+def test_selection_by_budget_stays_within_it(setup):
+    _, table, identity = setup
+    card = build_profile(table, identity, prior_task="sst2", fraction=0.05)
+    limit = 0.05 * identity.total_params
+    assert 0 < card.trainable_params <= limit
+    sizes = {pid: int(np.prod(s)) for pid, s in identity.shapes.items()}
+    assert card.trainable_params == sum(sizes[p] for p in card.trainable)
+    assert card.trainable_fraction == pytest.approx(card.trainable_params / identity.total_params)
+    # greedy in rank order: no frozen matrix ranked above the last chosen one would still fit
+    left = limit - card.trainable_params
+    ranked = [r["pid"] for r in card.ranking]
+    last = max(ranked.index(p) for p in card.trainable)
+    assert all(sizes[p] > left for p in ranked[:last] if p not in card.trainable)
+
+
+def test_controls_magnitude_and_random(setup):
+    _, table, identity = setup
+    mag = build_profile(table, identity, prior_task="sst2", strategy="magnitude", count=2)
+    assert mag.metric == "rel_frobenius"
+    assert set(mag.trainable) == set(table.nlargest(2, "rel_frobenius").pid)
+    r1 = build_profile(table, identity, prior_task="sst2", strategy="random", count=4, seed=1)
+    r2 = build_profile(table, identity, prior_task="sst2", strategy="random", count=4, seed=1)
+    r3 = build_profile(table, identity, prior_task="sst2", strategy="random", count=4, seed=2)
+    assert r1.trainable == r2.trainable and r1.ranking != r3.ranking
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"fraction": 1.5}, "above 100%"),
+        ({"fraction": 1e-6}, "below the smallest projection"),
+        ({"count": 0}, "outside 1..8"),
+        ({"count": 2, "fraction": 0.1}, "exactly one"),
+        ({"count": 2, "strategy": "middle"}, "unknown strategy"),
+        ({"count": 2, "metric": "h3_w1"}, "no column 'h3_w1'"),
+    ],
+)
+def test_bad_budgets_and_options(setup, kwargs, message):
+    _, table, identity = setup
+    with pytest.raises(ProfileError, match=message):
+        build_profile(table, identity, prior_task="sst2", **kwargs)
+
+
+def test_card_round_trip_and_views(setup, tmp_path):
+    _, table, identity = setup
+    card = build_profile(table, identity, prior_task="sst2", count=2, stop_threshold=0.4)
+    path = card.save(tmp_path / "card.json")
+    back = ProfileCard.load(path)
+    assert back == card
+    md = path.with_suffix(".md").read_text()
+    assert "high-drift on sst2" in md and card.trainable[0] in md
+    yaml_text = card.to_spectrum_yaml()
+    import yaml
+
+    patterns = yaml.safe_load(yaml_text)["unfrozen_parameters"]
+    model = setup[0].model
+    matched = {n for n, _ in model.named_parameters() for p in patterns if __import__("re").match(p, n)}
+    assert len(matched) == 2 and all("self_attn" in n for n in matched)
+
+
+def test_card_validation_errors(setup, tmp_path):
+    _, table, identity = setup
+    data = build_profile(table, identity, prior_task="sst2", count=2).to_dict()
+    with pytest.raises(ProfileError, match="schema_version 99"):
+        ProfileCard.from_dict({**data, "schema_version": 99})
+    with pytest.raises(ProfileError, match="lacks field"):
+        ProfileCard.from_dict({k: v for k, v in data.items() if k != "trainable"})
+    with pytest.raises(ProfileError, match="unknown or doubly listed"):
+        ProfileCard.from_dict({**data, "trainable": ["L7.q"]})
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ProfileError, match="not valid JSON"):
+        ProfileCard.load(bad)
+    with pytest.raises(InputFileError, match="does not exist"):
+        ProfileCard.load(tmp_path / "missing.json")
+
+
+def test_exactly_the_listed_projections_train(setup):
+    loaded, table, identity = setup
+    card = build_profile(table, identity, prior_task="sst2", count=3)
+    model = loaded.model
+    names = apply_profile(model, card)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable == set(names) and len(names) == 3
+    assert trainable_parameter_count(model) == card.trainable_params
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2, weight_decay=0.0)
+    ids = torch.randint(0, 256, (2, 12))
+    model.train()
+    model(input_ids=ids, labels=ids).loss.backward()
+    for n, p in model.named_parameters():
+        if n in trainable:
+            assert p.grad is not None and p.grad.abs().sum() > 0
+        else:
+            assert p.grad is None
+    opt.step()
+    for n, p in model.named_parameters():
+        assert torch.equal(p, before[n]) != (n in trainable), n
+
+
+def test_fused_gpt2_rows_are_masked():
+    loaded = build_tiny_model("tiny-gpt2")
+    snap = extract_snapshot(loaded)
+    table = drift_table(snap, perturb_snapshot(snap, 0.05), n_jobs=1, cache=DriftCache(None))
+    identity = ModelIdentity.of(loaded.model, "tiny-gpt2")
+    card = build_profile(table, identity, prior_task="sst2", count=1, metric="h0_w1")
+    card.trainable, card.frozen = ["L0.k"], [p for p in identity.shapes if p != "L0.k"]
+    model = loaded.model
+    apply_profile(model, card)
+    fused = model.transformer.h[0].attn.c_attn.weight
+    before = fused.detach().clone()
+    ids = torch.randint(0, 256, (2, 10))
+    model.train()
+    model(input_ids=ids, labels=ids).loss.backward()
+    torch.optim.SGD([fused], lr=1.0).step()
+    changed = (fused.detach() != before).any(dim=0)  # columns of the Conv1D weight = output rows
+    assert changed[64:128].all() and not changed[:64].any() and not changed[128:].any()
+
+
+def test_card_for_another_model_is_refused(setup):
+    _, table, identity = setup
+    card = build_profile(table, identity, prior_task="sst2", count=2)
+    with pytest.raises(ProfileError, match="projections differ"):
+        apply_profile(build_tiny_model("tiny-llama", num_hidden_layers=3).model, card)
+    with pytest.raises(ProfileError, match="weights"):
+        apply_profile(build_tiny_model("tiny-llama", seed=5).model, card)
