@@ -262,6 +262,7 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> dict[str, Any]:
         "resumed_from": resume,
         "stop_epoch": stopper.stop_epoch if stopper else None,
         "drift_history": stopper.history if stopper else [],
+        "log_history": [h for h in trainer.state.log_history if "loss" in h],
         "epoch_seconds": clock.seconds,
         "train_seconds": sum(clock.seconds),
         "seconds_per_epoch": sum(clock.seconds) / max(1, len(clock.seconds)),

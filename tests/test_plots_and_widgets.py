@@ -1,0 +1,76 @@
+import json
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from topotuner_lab import plots
+from topotuner_lab.drift import DriftCache, drift_table
+from topotuner_lab.persistence import diagrams
+from topotuner_lab.profiles import ModelIdentity, ProfileCard
+from topotuner_lab.snapshot import perturb_snapshot
+from topotuner_lab.widgets import ProfileBuilder, ProjectionPicker
+
+
+@pytest.fixture
+def table(tiny_snapshot):
+    return drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1, cache=DriftCache(None))
+
+
+def test_persistence_diagram_and_barcode(tiny_snapshot):
+    before = diagrams(tiny_snapshot.matrices["L0.q"])
+    after = diagrams(perturb_snapshot(tiny_snapshot, 0.1).matrices["L0.q"])
+    fig = plots.persistence_diagram({"pretrained": before.dgms, "fine-tuned": after.dgms})
+    names = [t.name for t in fig.data]
+    assert names == ["pretrained H0", "pretrained H1", "fine-tuned H0", "fine-tuned H1", "diagonal"]
+    assert len(fig.data[0].x) == 63 and "birth" in fig.data[0].hovertemplate
+    bars = plots.barcode(before.dgms)
+    assert sum(len(t.x) for t in bars.data) == len(before[0]) + len(before[1])
+
+
+def test_heatmap_grid_matches_table(table):
+    grid = plots.layer_kind_grid(table, "h0_w1")
+    assert list(grid.columns) == ["q", "k", "v", "o"] and list(grid.index) == [0, 1]
+    assert grid.loc[1, "v"] == table.set_index("pid").loc["L1.v", "h0_w1"]
+    fig = plots.drift_heatmaps(table, ["h0_w1", "rel_frobenius"], selected=["L1.v"])
+    heat = [t for t in fig.data if isinstance(t, go.Heatmap)]
+    assert len(heat) == 2
+    np.testing.assert_array_equal(heat[0].z, grid.values)
+    corr = plots.rank_correlation(table, ["h0_w1", "h1_w1", "rel_frobenius"])
+    assert np.allclose(np.diag(corr.data[0].z), 1)
+
+
+def test_save_figure_html_is_offline(tmp_path, table):
+    files = plots.save_figure(plots.drift_heatmaps(table, ["h0_w1"]), tmp_path / "heat", png=False)
+    html = files[0].read_text()
+    assert files == [tmp_path / "heat.html"] and '<script src="http' not in html and len(html) > 1_000_000  # plotly.js inlined
+
+
+def test_projection_picker():
+    seen = []
+    picker = ProjectionPicker(["L0.q", "L0.k", "L1.q", "L1.k"], on_change=seen.append)
+    assert picker.pid == "L0.q" and picker.kind.options == ("q", "k")
+    picker.layer.value = 1
+    picker.kind.value = "k"
+    assert picker.pid == "L1.k" and seen[-1] == "L1.k"
+
+
+def test_profile_builder_follows_controls(table, tiny_llama, tmp_path):
+    identity = ModelIdentity.of(tiny_llama.model, "tiny-llama")
+    builder = ProfileBuilder(table, identity, "sst2", tmp_path)
+    builder.mode.value = "count"
+    builder.count.value = 3
+    assert len(builder.card.trainable) == 3 and builder.card.metric == "h0_w1"
+    assert "3</b> trainable" in builder.status.value
+    builder.dim.value = 1
+    builder.strategy.value = "low-drift"
+    expected = set(table.nsmallest(3, "h1_w1").pid)
+    assert set(builder.card.trainable) == expected and builder.card.metric == "h1_w1"
+    builder.mode.value = "percent"
+    builder.percent.value = 0.1  # below one matrix: the error is shown, no card
+    assert builder.card is None and "below the smallest projection" in builder.status.value
+    builder.percent.value = 5.0
+    files = builder.save()
+    assert all(f.is_file() for f in files)
+    assert ProfileCard.load(files[0]).trainable == builder.card.trainable
+    assert "unfrozen_parameters:" in files[2].read_text()

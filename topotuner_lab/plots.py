@@ -1,0 +1,166 @@
+"""Plotly figures for the workbench. Every function returns a new ``go.Figure`` (no global state),
+so the same figure is shown in a notebook, exported to ``figures/`` and tested."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .atomic import atomic_path
+from .projections import KINDS
+
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
+#: The offline renderer: plotly's JSON mimetype for JupyterLab, plus inlined plotly.js for HTML export.
+OFFLINE_RENDERER = "plotly_mimetype+notebook"
+
+
+def use_offline_renderer() -> None:
+    """Render without a CDN (JupyterLab mimetype + inlined JS for nbconvert/HTML)."""
+    import plotly.io as pio
+
+    pio.renderers.default = OFFLINE_RENDERER
+
+
+def persistence_diagram(diagrams: Mapping[str, Sequence[np.ndarray]], dims: Iterable[int] = (0, 1), title: str = "Persistence diagram") -> go.Figure:
+    """Birth–death scatter of several diagrams (e.g. pretrained vs fine-tuned), one marker per dimension."""
+    fig = go.Figure()
+    top = 0.0
+    for i, (label, dgms) in enumerate(diagrams.items()):
+        for dim in dims:
+            if dim >= len(dgms) or len(dgms[dim]) == 0:
+                continue
+            d = np.asarray(dgms[dim])
+            top = max(top, float(d.max()))
+            fig.add_trace(go.Scatter(
+                x=d[:, 0], y=d[:, 1], mode="markers", name=f"{label} H{dim}",
+                marker=dict(color=COLORS[i % len(COLORS)], symbol="circle" if dim == 0 else "diamond", size=6 if dim == 0 else 8, opacity=0.7),
+                hovertemplate=f"{label} H{dim}<br>birth %{{x:.4f}}<br>death %{{y:.4f}}<extra></extra>",
+            ))
+    fig.add_trace(go.Scatter(x=[0, top * 1.05], y=[0, top * 1.05], mode="lines", line=dict(color="gray", dash="dash"), name="diagonal", hoverinfo="skip"))
+    fig.update_layout(title=title, xaxis_title="birth", yaxis_title="death", template="plotly_white")
+    return fig
+
+
+def barcode(dgms: Sequence[np.ndarray], dims: Iterable[int] = (0, 1), max_bars: int = 200, title: str = "Barcode") -> go.Figure:
+    """Horizontal bars from birth to death, longest first (at most ``max_bars`` per dimension)."""
+    fig = go.Figure()
+    row = 0
+    for dim in dims:
+        if dim >= len(dgms):
+            continue
+        d = np.asarray(dgms[dim])
+        d = d[np.argsort(d[:, 0] - d[:, 1])][:max_bars]
+        ys = np.arange(row, row + len(d))
+        fig.add_trace(go.Bar(x=d[:, 1] - d[:, 0], base=d[:, 0], y=ys, orientation="h", name=f"H{dim}", marker_color=COLORS[dim % len(COLORS)],
+                             hovertemplate=f"H{dim}<br>birth %{{base:.4f}}<br>length %{{x:.4f}}<extra></extra>"))
+        row += len(d) + 5
+    fig.update_layout(title=title, xaxis_title="filtration value", yaxis=dict(showticklabels=False), bargap=0.1, template="plotly_white")
+    return fig
+
+
+def layer_kind_grid(table: pd.DataFrame, column: str) -> pd.DataFrame:
+    """``column`` of a drift table as a layer x kind grid (rows: layers, columns: q, k, v, o)."""
+    return table.pivot_table(index="layer", columns="kind", values=column, aggfunc="first").reindex(columns=[k for k in KINDS if k in set(table["kind"])])
+
+
+def drift_heatmaps(table: pd.DataFrame, columns: Sequence[str], title: str = "Drift per layer and projection", selected: Iterable[str] = ()) -> go.Figure:
+    """Side-by-side layer x {q,k,v,o} heatmaps, one per column; ``selected`` ids are outlined."""
+    fig = make_subplots(rows=1, cols=len(columns), subplot_titles=list(columns), horizontal_spacing=0.06)
+    chosen = set(selected)
+    for i, column in enumerate(columns, start=1):
+        grid = layer_kind_grid(table, column)
+        fig.add_trace(go.Heatmap(z=grid.values, x=list(grid.columns), y=list(grid.index), colorscale="Viridis", showscale=False,
+                                 hovertemplate=f"L%{{y}}.%{{x}}<br>{column} %{{z:.4g}}<extra></extra>"), row=1, col=i)
+        marks = [(pid.split(".")[1], int(pid.split(".")[0][1:])) for pid in chosen]
+        if marks:
+            fig.add_trace(go.Scatter(x=[m[0] for m in marks], y=[m[1] for m in marks], mode="markers", name="trainable", showlegend=i == 1,
+                                     marker=dict(symbol="square-open", size=14, color="red", line=dict(width=2))), row=1, col=i)
+    fig.update_yaxes(title_text="layer", col=1)
+    fig.update_layout(title=title, template="plotly_white", height=max(350, 18 * table["layer"].nunique() + 150))
+    return fig
+
+
+def rank_correlation(table: pd.DataFrame, columns: Sequence[str], title: str = "Spearman rank correlation: topology vs magnitude") -> go.Figure:
+    """Spearman correlation between the rankings the drift columns induce."""
+    corr = table[list(columns)].rank().corr()
+    fig = go.Figure(go.Heatmap(z=corr.values, x=list(columns), y=list(columns), zmin=-1, zmax=1, colorscale="RdBu", text=np.round(corr.values, 2),
+                               texttemplate="%{text}", hovertemplate="%{x} vs %{y}: %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=title, template="plotly_white")
+    return fig
+
+
+def training_curves(runs: Mapping[str, dict[str, Any]], title: str = "Training loss per epoch") -> go.Figure:
+    """Loss per epoch of several fine-tuning runs (from their results' ``log_history``)."""
+    fig = go.Figure()
+    for name, res in runs.items():
+        points = [(h["epoch"], h["loss"]) for h in res.get("log_history", []) if "loss" in h]
+        fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers", name=name))
+    fig.update_layout(title=title, xaxis_title="epoch", yaxis_title="training loss", template="plotly_white")
+    return fig
+
+
+def bars(results: pd.DataFrame, columns: Sequence[str], label: str = "run", title: str = "Cost per method") -> go.Figure:
+    """One bar panel per column (e.g. seconds per epoch, peak memory) across runs."""
+    fig = make_subplots(rows=1, cols=len(columns), subplot_titles=list(columns))
+    for i, column in enumerate(columns, start=1):
+        fig.add_trace(go.Bar(x=results[label], y=results[column], name=column, showlegend=False), row=1, col=i)
+    fig.update_layout(title=title, template="plotly_white")
+    return fig
+
+
+def early_stopping(result: dict[str, Any], threshold: float, title: str = "Topological early stopping") -> go.Figure:
+    """Normalized epoch-to-epoch drift with the threshold and stop epoch, beside test accuracy per epoch."""
+    hist = result.get("drift_history", [])
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Scatter(x=[h["epoch"] for h in hist], y=[h["normalized"] for h in hist], mode="lines+markers", name="normalized drift"), secondary_y=False)
+    fig.add_hline(y=threshold, line_dash="dash", line_color="red", annotation_text=f"threshold {threshold:g}")
+    if result.get("stop_epoch"):
+        fig.add_vline(x=result["stop_epoch"], line_dash="dot", line_color="black", annotation_text=f"stop: epoch {result['stop_epoch']}")
+    acc = result.get("epoch_test_accuracy") or []
+    if acc:
+        fig.add_trace(go.Scatter(x=list(range(1, len(acc) + 1)), y=acc, mode="lines+markers", name="test accuracy"), secondary_y=True)
+    fig.update_xaxes(title_text="epoch")
+    fig.update_yaxes(title_text="drift / first-epoch drift", secondary_y=False)
+    fig.update_yaxes(title_text="test accuracy", secondary_y=True)
+    fig.update_layout(title=title, template="plotly_white")
+    return fig
+
+
+def chromium_path() -> str | None:
+    """A local Chromium for kaleido (Debian's ``chromium``), if installed."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def save_figure(fig: go.Figure, stem: str | os.PathLike[str], png: bool = True) -> list[Path]:
+    """Write ``stem.html`` (plotly.js inlined: works offline) and, with a local Chromium, ``stem.png``.
+
+    Returns the files written. Without Chromium the PNG is not written and a warning says why.
+    """
+    stem = Path(stem)
+    written = []
+    with atomic_path(stem.with_suffix(".html")) as tmp:
+        fig.write_html(tmp, include_plotlyjs=True, full_html=True)
+    written.append(stem.with_suffix(".html"))
+    if png:
+        browser = chromium_path()
+        if browser is None:
+            warnings.warn(f"no Chromium found: {stem.name}.png not written (apt-get install chromium to export PNGs)", stacklevel=2)
+        else:
+            os.environ.setdefault("BROWSER_PATH", browser)
+            with atomic_path(stem.with_suffix(".png")) as tmp:
+                fig.write_image(str(tmp), format="png", width=1000, height=fig.layout.height or 500)
+            written.append(stem.with_suffix(".png"))
+    return written

@@ -1,0 +1,104 @@
+"""Reusable ipywidgets components: a projection picker and the live profile builder.
+
+Both work without a browser: set ``.value`` of their controls in Python and read the result
+(``picker.pid``, ``builder.card``), which is how the tests drive them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import ipywidgets as w
+import pandas as pd
+from IPython.display import display
+
+from . import atomic
+from .errors import ProfileError
+from .plots import drift_heatmaps
+from .profiles import STRATEGIES, ModelIdentity, ProfileCard, build_profile
+from .projections import parse_pid
+
+
+class ProjectionPicker(w.HBox):
+    """Layer slider + projection-kind buttons; ``pid`` is the chosen id (e.g. ``L3.v``)."""
+
+    def __init__(self, pids: Sequence[str], on_change: Callable[[str], None] | None = None) -> None:
+        parsed = [parse_pid(p) for p in pids]
+        layers = sorted({layer for layer, _ in parsed})
+        kinds = [k for k in "qkvo" if any(kind == k for _, kind in parsed)]
+        self.layer = w.IntSlider(value=layers[0], min=layers[0], max=layers[-1], description="layer")
+        self.kind = w.ToggleButtons(options=kinds, value=kinds[0], description="projection")
+        super().__init__([self.layer, self.kind])
+        self._on_change = on_change
+        for control in (self.layer, self.kind):
+            control.observe(self._changed, names="value")
+
+    @property
+    def pid(self) -> str:
+        return f"L{self.layer.value}.{self.kind.value}"
+
+    def _changed(self, _change: object) -> None:
+        if self._on_change:
+            self._on_change(self.pid)
+
+
+class ProfileBuilder(w.VBox):
+    """Strategy, budget (% or count), metric and homology dimension; the heatmap and the
+    trainable-parameter count follow every change; *Save* writes the card, its Markdown view
+    and the Spectrum/axolotl YAML."""
+
+    def __init__(self, table: pd.DataFrame, identity: ModelIdentity, prior_task: str, out_dir: str | Path = ".", *, stop_threshold: float | None = None, seed: int = 0) -> None:
+        self.table, self.identity, self.prior_task, self.out_dir = table, identity, prior_task, Path(out_dir)
+        self.stop_threshold, self.seed = stop_threshold, seed
+        dims = sorted({int(c[1]) for c in table.columns if c.startswith("h") and c[1].isdigit()})
+        orders = sorted({c.split("_w")[1] for c in table.columns if "_w" in c})
+        self.strategy = w.Dropdown(options=list(STRATEGIES), value="high-drift", description="strategy")
+        self.mode = w.ToggleButtons(options=["percent", "count"], value="percent", description="budget in")
+        self.percent = w.FloatSlider(value=1.0, min=0.1, max=10.0, step=0.1, description="budget %")
+        self.count = w.IntSlider(value=4, min=1, max=len(table), description="matrices")
+        self.dim = w.Dropdown(options=dims, value=dims[0], description="H dim")
+        self.order = w.Dropdown(options=orders + (["bottleneck"] if any(c.endswith("_bottleneck") for c in table.columns) else []), value=orders[0], description="metric")
+        self.status = w.HTML()
+        self.plot = w.Output()
+        self.save_button = w.Button(description="Save profile card", button_style="success", icon="save")
+        self.save_button.on_click(lambda _b: self.save())
+        self.card: ProfileCard | None = None
+        super().__init__([w.HBox([self.strategy, self.mode]), w.HBox([self.percent, self.count]), w.HBox([self.dim, self.order]), self.status, self.save_button, self.plot])
+        for control in (self.strategy, self.mode, self.percent, self.count, self.dim, self.order):
+            control.observe(lambda _c: self.refresh(), names="value")
+        self.refresh()
+
+    @property
+    def metric(self) -> str:
+        return f"h{self.dim.value}_" + ("bottleneck" if self.order.value == "bottleneck" else f"w{self.order.value}")
+
+    def refresh(self) -> ProfileCard | None:
+        """Rebuild the card from the controls and redraw; a bad budget shows its error instead."""
+        self.percent.layout.display = None if self.mode.value == "percent" else "none"
+        self.count.layout.display = None if self.mode.value == "count" else "none"
+        budget = {"fraction": self.percent.value / 100} if self.mode.value == "percent" else {"count": self.count.value}
+        try:
+            self.card = build_profile(self.table, self.identity, prior_task=self.prior_task, strategy=self.strategy.value, metric=self.metric,
+                                      seed=self.seed, stop_threshold=self.stop_threshold, **budget)
+        except ProfileError as exc:
+            self.card = None
+            self.status.value = f"<b style='color:#b00'>{exc.problem}</b> — {exc.fix}"
+            return None
+        c = self.card
+        self.status.value = f"<b>{len(c.trainable)}</b> trainable projections, <b>{c.trainable_params:,}</b> parameters (<b>{100 * c.trainable_fraction:.2f}%</b>): {', '.join(c.trainable)}"
+        self.plot.clear_output(wait=True)
+        with self.plot:
+            display(drift_heatmaps(self.table, [c.metric], title=f"{c.strategy} selection by {c.metric}", selected=c.trainable))
+        return c
+
+    def save(self, stem: str | None = None) -> list[Path]:
+        """Write ``<stem>.json``, ``<stem>.md`` and ``<stem>.spectrum.yaml`` for the current card."""
+        if self.card is None:
+            raise ProfileError("no valid profile is selected", "change the budget until the builder shows a selection")
+        budget = f"{self.percent.value:g}pct" if self.mode.value == "percent" else f"{self.count.value}m"
+        stem = stem or f"{self.prior_task}-{self.card.strategy}-{budget}"
+        card_path = self.card.save(self.out_dir / f"{stem}.json")
+        yaml_path = atomic.write_text(self.out_dir / f"{stem}.spectrum.yaml", self.card.to_spectrum_yaml())
+        self.status.value += f"<br>saved {card_path}"
+        return [card_path, card_path.with_suffix(".md"), yaml_path]
