@@ -84,6 +84,14 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
     print(f"wrote {args.output}/results.csv and results.md ({len(results)} runs)")
 
 
+def _cmd_run_notebooks(args: argparse.Namespace) -> None:
+    from .notebooks import run_notebooks
+
+    overrides = dict(args.param or [])
+    executed = run_notebooks(args.profile, args.output, overrides)
+    print(f"executed {len(executed)} notebooks into {args.output}/executed; figures in {args.output}/figures")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="topotuner-lab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -160,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--preset", default="compare", help="tiny, compare or cpu-small")
     rp.add_argument("-o", "--output", default=None)
     rp.set_defaults(func=_cmd_reproduce)
+
+    nb = sub.add_parser("run-notebooks", help="execute the notebook series headlessly with papermill")
+    nb.add_argument("--profile", default="tiny", choices=["tiny", "default"], help="tiny: in-memory model (CI); default: SmolLM2-135M")
+    nb.add_argument("-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"), help="override a notebook parameter")
+    nb.add_argument("-o", "--output", default=None)
+    nb.set_defaults(func=_cmd_run_notebooks)
     return parser
 
 
@@ -167,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "command", None) == "reproduce" and args.output is None:
         args.output = f"runs/reproduce-{args.preset}"
+    if getattr(args, "command", None) == "run-notebooks" and args.output is None:
+        args.output = f"runs/notebooks-{args.profile}"
     func: Callable[[argparse.Namespace], None] = args.func
     try:
         func(args)

@@ -85,6 +85,7 @@ def drift_heatmaps(table: pd.DataFrame, columns: Sequence[str], title: str = "Dr
             fig.add_trace(go.Scatter(x=[m[0] for m in marks], y=[m[1] for m in marks], mode="markers", name="trainable", showlegend=i == 1,
                                      marker=dict(symbol="square-open", size=14, color="red", line=dict(width=2))), row=1, col=i)
     fig.update_yaxes(title_text="layer", col=1)
+    fig.update_yaxes(dtick=1 if table["layer"].nunique() <= 12 else 5)
     fig.update_layout(title=title, template="plotly_white", height=max(350, 18 * table["layer"].nunique() + 150))
     return fig
 
@@ -128,11 +129,24 @@ def early_stopping(result: dict[str, Any], threshold: float, title: str = "Topol
     acc = result.get("epoch_test_accuracy") or []
     if acc:
         fig.add_trace(go.Scatter(x=list(range(1, len(acc) + 1)), y=acc, mode="lines+markers", name="test accuracy"), secondary_y=True)
-    fig.update_xaxes(title_text="epoch")
+    fig.update_xaxes(title_text="epoch", dtick=1)
     fig.update_yaxes(title_text="drift / first-epoch drift", secondary_y=False)
-    fig.update_yaxes(title_text="test accuracy", secondary_y=True)
+    fig.update_yaxes(title_text="test accuracy", range=[0, 1], secondary_y=True)
     fig.update_layout(title=title, template="plotly_white")
     return fig
+
+
+def update_figure_widget(widget: go.FigureWidget, fig: go.Figure) -> go.FigureWidget:
+    """Replace a FigureWidget's traces and layout with those of ``fig``, in one update.
+
+    Live widgets redraw this way rather than through an ``Output`` widget, whose capture of
+    display messages can stall headless execution (nbclient issue #312).
+    """
+    with widget.batch_update():
+        widget.data = []
+        widget.add_traces(list(fig.data))
+        widget.layout = fig.layout
+    return widget
 
 
 def chromium_path() -> str | None:

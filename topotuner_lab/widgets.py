@@ -11,11 +11,11 @@ from pathlib import Path
 
 import ipywidgets as w
 import pandas as pd
-from IPython.display import display
+import plotly.graph_objects as go
 
 from . import atomic
 from .errors import ProfileError
-from .plots import drift_heatmaps
+from .plots import drift_heatmaps, update_figure_widget
 from .profiles import STRATEGIES, ModelIdentity, ProfileCard, build_profile
 from .projections import parse_pid
 
@@ -60,7 +60,7 @@ class ProfileBuilder(w.VBox):
         self.dim = w.Dropdown(options=dims, value=dims[0], description="H dim")
         self.order = w.Dropdown(options=orders + (["bottleneck"] if any(c.endswith("_bottleneck") for c in table.columns) else []), value=orders[0], description="metric")
         self.status = w.HTML()
-        self.plot = w.Output()
+        self.plot = go.FigureWidget()
         self.save_button = w.Button(description="Save profile card", button_style="success", icon="save")
         self.save_button.on_click(lambda _b: self.save())
         self.card: ProfileCard | None = None
@@ -87,9 +87,7 @@ class ProfileBuilder(w.VBox):
             return None
         c = self.card
         self.status.value = f"<b>{len(c.trainable)}</b> trainable projections, <b>{c.trainable_params:,}</b> parameters (<b>{100 * c.trainable_fraction:.2f}%</b>): {', '.join(c.trainable)}"
-        self.plot.clear_output(wait=True)
-        with self.plot:
-            display(drift_heatmaps(self.table, [c.metric], title=f"{c.strategy} selection by {c.metric}", selected=c.trainable))
+        update_figure_widget(self.plot, drift_heatmaps(self.table, [c.metric], title=f"{c.strategy} selection by {c.metric}", selected=c.trainable))
         return c
 
     def save(self, stem: str | None = None) -> list[Path]:

@@ -1,0 +1,63 @@
+"""The notebook series: stored without outputs, parameterized, and executed headlessly on the tiny profile."""
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from topotuner_lab.errors import ParameterError
+from topotuner_lab.notebooks import EXPECTED_FIGURES, NOTEBOOKS, NotebookError, _coerce, notebooks_dir, run_notebooks
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebooks_are_stripped_and_parameterized(name):
+    book = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    nbformat.validate(book)
+    assert book.metadata.kernelspec.name == "python3"
+    code = [c for c in book.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code), "commit notebooks without outputs"
+    assert "parameters" in code[0].metadata.get("tags", [])
+    assert sum(len(c.source.splitlines()) for c in code) < 60, "keep notebooks thin: logic belongs in topotuner_lab"
+
+
+def test_all_notebooks_run_headlessly_on_the_tiny_profile(tmp_path):
+    executed = run_notebooks("tiny", tmp_path)
+    assert [p.name for p in executed] == list(NOTEBOOKS)
+    for path in executed:
+        book = nbformat.read(path, as_version=4)
+        code = [c for c in book.cells if c.cell_type == "code"]
+        assert all(c.metadata.papermill.status == "completed" for c in code), path.name
+        assert sum(len(c.outputs) for c in code) > 0, f"{path.name} produced no output"
+    for stems in EXPECTED_FIGURES.values():
+        for stem in stems:
+            assert (tmp_path / "figures" / f"{stem}.html").stat().st_size > 100_000, stem
+    card = json.loads((tmp_path / "work" / "cards" / "profile.json").read_text())
+    assert card["model"]["name"] == "tiny-llama" and card["trainable"]
+    results = json.loads((tmp_path / "work" / "compare" / "agnews" / "profile" / "results.json").read_text())
+    assert results["trainable_params"] == card["trainable_params"]
+
+
+def test_failing_cell_names_notebook_cell_and_error(tmp_path):
+    with pytest.raises(NotebookError) as info:
+        run_notebooks("tiny", tmp_path, {"prior_task": "mnli"}, names=("01_extract.ipynb",))
+    message = str(info.value)
+    assert "01_extract.ipynb failed" in message and "cell" in message and "TaskError" in message and "unknown task 'mnli'" in message
+
+
+def test_parameter_types_are_checked(tmp_path):
+    with pytest.raises(ParameterError, match="'n_train' of 01_extract.ipynb expects int, got 'many'"):
+        run_notebooks("tiny", tmp_path, {"n_train": "many"}, names=("01_extract.ipynb",))
+    with pytest.raises(ParameterError, match="no notebook has parameter"):
+        run_notebooks("tiny", tmp_path, {"learning_rat": "1"}, names=("01_extract.ipynb",))
+    with pytest.raises(ParameterError, match="unknown notebook profile"):
+        run_notebooks("huge", tmp_path)
+    assert _coerce("n", "12", "int", "nb") == 12 and _coerce("x", "1", "float", "nb") == 1.0
+    with pytest.raises(ParameterError):
+        _coerce("n", "True", "int", "nb")
+
+
+def test_notebooks_dir_is_the_repository_folder():
+    assert notebooks_dir() == ROOT / "notebooks"

@@ -1,0 +1,140 @@
+"""Headless execution of the notebook series with papermill, in order, on a named profile.
+
+The notebooks share a work folder (snapshots, drift tables, cards, runs) and a figures folder;
+each executed copy is kept. Overrides are checked against the type of each notebook's parameter.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+from .errors import InputFileError, ParameterError, TopoTunerError
+
+NOTEBOOKS: tuple[str, ...] = (
+    "01_extract.ipynb",
+    "02_persistence_diagrams.ipynb",
+    "03_drift_heatmaps.ipynb",
+    "04_build_profile.ipynb",
+    "05_finetune_compare.ipynb",
+    "06_early_stopping.ipynb",
+)
+PROFILES: dict[str, dict[str, Any]] = {
+    "tiny": {"model": "tiny-llama", "n_train": 16, "n_test": 8, "epochs": 2, "prior_epochs": 1, "max_length": 48, "batch_size": 8, "budget_pct": 5.0, "stop_threshold": 0.9},
+    "default": {"model": "smollm2-135m", "n_train": 64, "n_test": 64, "epochs": 3, "prior_epochs": 1, "max_length": 64, "batch_size": 8, "budget_pct": 1.0, "stop_threshold": 0.5},
+}
+#: figures each notebook exports (stems under the figures folder)
+EXPECTED_FIGURES: dict[str, tuple[str, ...]] = {
+    "02_persistence_diagrams.ipynb": ("persistence_diagram", "barcode"),
+    "03_drift_heatmaps.ipynb": ("drift_heatmaps", "rank_correlation"),
+    "04_build_profile.ipynb": ("profile_selection",),
+    "05_finetune_compare.ipynb": ("training_curves", "cost_bars"),
+    "06_early_stopping.ipynb": ("early_stopping",),
+}
+
+
+class NotebookError(TopoTunerError):
+    """A notebook cell failed under papermill."""
+
+
+def notebooks_dir() -> Path:
+    folder = Path(__file__).resolve().parent.parent / "notebooks"
+    if not folder.is_dir():
+        raise InputFileError(f"notebook folder {folder} not found", "run from a source checkout of topotuner-lab (pip install -e .)")
+    return folder
+
+
+def _coerce(name: str, value: Any, type_name: str, notebook: str) -> Any:
+    """Turn a CLI string into the parameter's declared type, or raise a clear error."""
+    expected = {"int": int, "float": float, "str": str, "bool": bool}.get(type_name)
+    if expected is None or isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
+        return value
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            parsed = value if expected is str else ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            parsed = None
+        if expected is float and isinstance(parsed, int) and not isinstance(parsed, bool):
+            parsed = float(parsed)
+        if isinstance(parsed, expected) and not (expected is int and isinstance(parsed, bool)):
+            return parsed
+    raise ParameterError(f"parameter {name!r} of {notebook} expects {type_name}, got {value!r}", f"pass a {type_name} value, e.g. -p {name} <{type_name}>")
+
+
+def notebook_parameters(path: Path) -> dict[str, dict[str, Any]]:
+    """The parameters cell of a notebook; a parameter's type is taken from its default literal."""
+    import papermill
+
+    params = papermill.inspect_notebook(str(path))
+    for info in params.values():
+        if info["inferred_type_name"] == "None":
+            try:
+                info["inferred_type_name"] = type(ast.literal_eval(info["default"])).__name__
+            except (ValueError, SyntaxError):
+                pass
+    return params
+
+
+def _failed_cell(executed: Path) -> str:
+    """``cell N: Ename: value`` of the first failed cell of an executed notebook."""
+    import nbformat
+
+    if not executed.is_file():
+        return "the notebook did not start"
+    book = nbformat.read(executed, as_version=4)
+    for index, cell in enumerate(book.cells):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                return f"cell {index} ({cell.source.splitlines()[0][:60]!r}...): {output['ename']}: {output['evalue']}"
+    return "no failed cell recorded (kernel died or timed out)"
+
+
+def _execute_one(source: Path, target: Path, params: dict[str, Any], kernel: str, cell_timeout: int, cwd: Path) -> None:
+    """Run one notebook with papermill in a fresh process (isolates memory and kernel clients)."""
+    import json
+    import subprocess
+    import sys
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    params_file = target.with_suffix(".params.json")
+    params_file.write_text(json.dumps(params))
+    cmd = [sys.executable, "-m", "papermill", str(source), str(target), "-f", str(params_file), "-k", kernel, "--cwd", str(cwd),
+           "--execution-timeout", str(cell_timeout), "--no-progress-bar", "--log-level", "WARNING"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    params_file.unlink(missing_ok=True)
+    if proc.returncode != 0:
+        raise NotebookError(f"{source.name} failed: {_failed_cell(target)}", f"open the executed copy {target} for the traceback; change parameters with -p KEY VALUE")
+
+
+def run_notebooks(profile: str = "tiny", out_dir: str | Path = "runs/notebooks", overrides: dict[str, Any] | None = None, *, names: tuple[str, ...] = NOTEBOOKS, kernel: str = "python3", cell_timeout: int = 3600) -> list[Path]:
+    """Execute the notebooks in order; returns the executed copies. A failing cell raises NotebookError."""
+    if profile not in PROFILES:
+        raise ParameterError(f"unknown notebook profile {profile!r}", f"use one of {', '.join(PROFILES)}")
+    out = Path(out_dir).resolve()
+    base = {**PROFILES[profile], "work_dir": str(out / "work"), "figures_dir": str(out / "figures")}
+    overrides = dict(overrides or {})
+    source = notebooks_dir()
+    declared_anywhere: set[str] = set()
+    plans = []
+    for name in names:
+        declared = notebook_parameters(source / name)
+        declared_anywhere |= set(declared)
+        params = {}
+        for key, info in declared.items():
+            if key in overrides:
+                params[key] = _coerce(key, overrides[key], info["inferred_type_name"], name)
+            elif key in base:
+                params[key] = _coerce(key, base[key], info["inferred_type_name"], name)
+        plans.append((name, params))
+    unknown = sorted(set(overrides) - declared_anywhere)
+    if unknown:
+        raise ParameterError(f"no notebook has parameter(s) {unknown}", f"known parameters: {sorted(declared_anywhere)}")
+    executed = []
+    for name, params in plans:
+        target = out / "executed" / name
+        _execute_one(source / name, target, params, kernel, cell_timeout, cwd=source.parent)
+        executed.append(target)
+    return executed
