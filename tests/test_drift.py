@@ -121,3 +121,12 @@ def test_table_files_round_trip(tmp_path, tiny_snapshot, cache):
         pd.testing.assert_frame_equal(back, table, check_dtype=False)
     with pytest.raises(ParameterError, match=r"\.parquet or \.csv"):
         save_table(table, tmp_path / "t.xlsx")
+
+
+def test_spectral_norm_matches_full_svd(rng):
+    from topotuner_lab.magnitude import spectral_norm
+
+    for shape in [(2, 5), (64, 64), (32, 64), (200, 90)]:
+        m = rng.standard_normal(shape)
+        assert spectral_norm(m) == pytest.approx(np.linalg.norm(m, 2), rel=1e-10)
+    assert spectral_norm(np.zeros((10, 10))) == 0.0
