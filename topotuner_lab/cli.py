@@ -80,8 +80,12 @@ def _cmd_finetune(args: argparse.Namespace) -> None:
 def _cmd_reproduce(args: argparse.Namespace) -> None:
     from .experiments import get_preset, run_comparison
 
+    from .report import write_report
+
     results = run_comparison(get_preset(args.preset), args.output)
-    print(f"wrote {args.output}/results.csv and results.md ({len(results)} runs)")
+    report = args.report or ("docs/RESULTS.md" if args.preset == "cpu-small" else f"{args.output}/RESULTS.md")
+    write_report(args.output, report, f"topotuner-lab reproduce --preset {args.preset}")
+    print(f"wrote {args.output}/results.csv ({len(results)} runs) and {report}")
 
 
 def _cmd_run_notebooks(args: argparse.Namespace) -> None:
@@ -167,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("reproduce", help="the paper's comparison at a preset size (resumable)")
     rp.add_argument("--preset", default="compare", help="tiny, compare or cpu-small")
     rp.add_argument("-o", "--output", default=None)
+    rp.add_argument("--report", default=None, help="where to write the Markdown report (cpu-small: docs/RESULTS.md)")
     rp.set_defaults(func=_cmd_reproduce)
 
     nb = sub.add_parser("run-notebooks", help="execute the notebook series headlessly with papermill")

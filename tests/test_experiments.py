@@ -1,0 +1,18 @@
+import pandas as pd
+
+from topotuner_lab.cli import main
+
+
+def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
+    out = tmp_path / "rep"
+    assert main(["reproduce", "--preset", "tiny", "-o", str(out)]) == 0
+    results = pd.read_csv(out / "results.csv")
+    assert list(results["run"]) == ["full", "profile:high-drift@0.05", "profile:low-drift@0.05", "profile:random@0.05", "profile:magnitude@0.05", "lora@0.05"]
+    assert (results.loc[results.run != "full", "trainable_pct"] < 6).all()
+    report = (out / "RESULTS.md").read_text()
+    assert "## Claims, checked against these numbers" in report and "beats LoRA" in report
+    assert (out / "figures" / "results_drift_sst2.html").is_file()
+    # a rerun resumes: every run is skipped, the table is the same
+    assert main(["reproduce", "--preset", "tiny", "-o", str(out)]) == 0
+    assert capsys.readouterr().out.count("skip (done)") == 7
+    pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), results)
