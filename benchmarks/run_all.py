@@ -11,7 +11,7 @@ from pathlib import Path
 
 from common import RESULTS, ROOT
 
-SCRIPTS = ("bench_persistence.py", "bench_wasserstein.py", "bench_drift_table.py", "bench_finetune.py")
+SCRIPTS = ("bench_persistence.py", "bench_wasserstein.py", "bench_drift_table.py", "bench_extrapolation.py", "bench_finetune.py")
 TARGETS = """Targets (issue 7), as ratios on this 2-core machine: exact H0 within 2x of the float64 distance-matrix floor and >= 3x faster than ripser.py at n >= 1024;
 whole SmolLM2-135M drift table (H0+H1) >= 5x faster than the straightforward serial pipeline cold and < 1 s warm; profile fine-tuning >= 20% faster
 per epoch than full FT and not slower than LoRA at a matched budget. The machine is noisy: read medians and ratios, not single times.

@@ -22,7 +22,7 @@ from . import atomic
 from .distances import SOLVERS, bottleneck, wasserstein
 from .errors import InputFileError, ParameterError
 from .magnitude import magnitude_metrics
-from .models import cache_dir
+from .paths import cache_dir
 from .persistence import Diagrams, PersistenceSettings, diagrams
 from .projections import parse_pid
 from .snapshot import Snapshot, check_comparable, matrix_hash

@@ -17,6 +17,7 @@ import torch
 
 from .atomic import atomic_path
 from .errors import ModelLoadError
+from .paths import cache_dir
 
 DEFAULT_MODEL = "smollm2-135m"
 _EMBEDDED = {
@@ -39,11 +40,6 @@ class LoadedModel:
     name: str
     revision: str
     source: str  # "embedded", "local", "gguf", "hub" or "tiny"
-
-
-def cache_dir() -> Path:
-    """Where exported models and drift caches live."""
-    return Path(os.environ.get("TOPOTUNER_CACHE", Path.home() / ".cache" / "topotuner_lab"))
 
 
 def tiny_config(name: str, **overrides: Any) -> Any:

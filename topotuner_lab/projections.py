@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from .errors import ParameterError, UnsupportedArchitectureError
+
+if TYPE_CHECKING:
+    import torch
 
 KINDS: tuple[str, ...] = ("q", "k", "v", "o")
 

@@ -14,13 +14,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from .atomic import atomic_path
 from .errors import InputFileError, SnapshotMismatchError
-from .models import LoadedModel
 from .projections import enumerate_projections, model_type, parse_pid
+
+if TYPE_CHECKING:  # torch and transformers stay out of drift worker processes
+    import torch
+
+    from .models import LoadedModel
 
 FORMAT = "topotuner-snapshot/1"
 
@@ -93,6 +98,10 @@ def _ordered(matrices: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def extract_snapshot(loaded: LoadedModel | torch.nn.Module, *, name: str | None = None, base_model: str | None = None, note: str = "") -> Snapshot:
     """Copy every attention projection of a model into a float32 snapshot."""
+    import torch
+
+    from .models import LoadedModel
+
     if isinstance(loaded, LoadedModel):
         model, model_name, revision = loaded.model, loaded.name, loaded.revision
     else:
