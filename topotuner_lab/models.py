@@ -52,7 +52,7 @@ def tiny_config(name: str, **overrides: Any) -> Any:
     elif name == "tiny-qwen2":
         cfg = Qwen2Config(**common, num_key_value_heads=2, intermediate_size=128, max_position_embeddings=256)
     elif name == "tiny-gpt2":
-        cfg = GPT2Config(vocab_size=512, n_embd=64, n_head=4, n_layer=2, n_positions=256)
+        cfg = GPT2Config(vocab_size=512, n_embd=64, n_head=4, n_layer=2, n_positions=256, bos_token_id=257, eos_token_id=257)
     elif name == "tiny-bert":
         cfg = BertConfig(**common, intermediate_size=128, max_position_embeddings=256)
     else:
