@@ -58,7 +58,8 @@ def main() -> None:
             subprocess.run([sys.executable, __file__, "--one", method, card, str(out)], check=True, capture_output=True)
             res = json.loads((out / "results.json").read_text())
             steady = res["epoch_seconds"][1:]  # the first epoch includes warm-up
-            lowest = min(int(p.split(".")[0][1:]) for p in json.loads(Path(card).read_text())["trainable"]) if card != "-" else 0
+            # full FT and LoRA (adapters on every layer) need gradients down to layer 0
+            lowest = min(int(p.split(".")[0][1:]) for p in json.loads(Path(card).read_text())["trainable"]) if method == "profile" else 0
             rows.append({"method": name, "trainable %": 100 * res["trainable_fraction"], "lowest trainable layer": lowest,
                          "s/epoch (median of epochs 2-3)": statistics.median(steady), "peak MiB above start": res["peak_memory_mib"]})
             print(rows[-1], file=sys.stderr)

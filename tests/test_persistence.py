@@ -102,3 +102,13 @@ def test_bad_settings():
         PersistenceSettings(metric="manhattan")
     with pytest.raises(ParameterError, match="n_perm"):
         PersistenceSettings(n_perm=1)
+
+
+def test_near_duplicate_rows_keep_their_tiny_distances(rng):
+    from scipy.sparse.csgraph import minimum_spanning_tree
+    from scipy.spatial.distance import pdist, squareform
+
+    base = rng.standard_normal((40, 32)) * 10  # large norms: the Gram trick alone would give ~1e-7 noise
+    x = np.vstack([base, base + rng.standard_normal(base.shape) * 1e-7])
+    tree = minimum_spanning_tree(squareform(pdist(x))).toarray()
+    np.testing.assert_allclose(h0_diagram(x)[:, 1], np.sort(tree[tree > 0]), rtol=1e-9)
