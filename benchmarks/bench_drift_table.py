@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import ROOT, dump_json, median_time, save, table
+from common import ROOT, median_time, publish, table
 from topotuner_lab.drift import DriftCache, DriftSettings, drift_between
 from topotuner_lab.models import load_model
 from topotuner_lab.snapshot import extract_snapshot, load_snapshot, perturb_snapshot
@@ -59,12 +59,11 @@ def main() -> None:
                      "ours warm_s": warm, "warm speed-up": naive_t / warm, f"max rel diff {col}": rel})
         print(rows[-1], file=sys.stderr)
 
-    dump_json("drift_table", rows)
     md = (f"### Whole drift table: {label}, 120 projections, W1 only\n\n"
           "Ours: exact H0 + giotto-ph H1 on one shared distance matrix, POT/exact-H0 Wasserstein, 2 joblib processes, content-hash cache "
           "(cold = empty cache; warm = median of 3 reruns on the filled cache). Straightforward: ripser.py per matrix + persim.wasserstein, serial.\n\n"
           + table(rows))
-    save("drift_table", md, "python benchmarks/bench_drift_table.py")
+    publish("drift_table", md, rows)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import ROOT, dump_json, save, table
+from common import ROOT, publish, table
 
 
 def one(method: str, card: str, out: str) -> None:
@@ -68,11 +68,10 @@ def main() -> None:
     for r in rows:
         r["time / full FT"] = r["s/epoch (median of epochs 2-3)"] / full
         r["time / LoRA"] = r["s/epoch (median of epochs 2-3)"] / lora
-    dump_json("finetune", rows)
     md = ("### Fine-tuning cost, SmolLM2-135M on SST-2 (64 examples, batch 8, 64 tokens, 3 epochs, CPU)\n\n"
           "Each method in a fresh process; peak memory = resident memory above the level before training (sampled every 20 ms). "
           "Cards ranked by H0 W1 drift of the SST-2 prior fine-tune.\n\n" + table(rows))
-    save("finetune", md, "python benchmarks/bench_finetune.py")
+    publish("finetune", md, rows)
 
 
 if __name__ == "__main__":

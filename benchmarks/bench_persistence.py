@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from common import dump_json, median_time, save, table
+from common import median_time, publish, table
 from topotuner_lab.distances import wasserstein
 from topotuner_lab.persistence import PersistenceSettings, diagrams, distance_matrix, h0_diagram
 
@@ -66,7 +66,6 @@ def main() -> None:
                                 "speedup": full_t / sub_t, "W1(H1 full, H1 sub)": wasserstein(full[1], sub[1], 1),
                                 "W1(H1 full, empty)": wasserstein(full[1], np.zeros((0, 2)), 1)})
                 print(h1_rows[-1], file=sys.stderr)
-    dump_json("persistence", {"h0": h0_rows, "h1": h1_rows})
     md = ("### H0 of a row cloud (random Gaussian rows, std 0.02, float32 input)\n\n"
           "`floor` = float64 pairwise-distance matrix alone (one GEMM); `ours` = floor + dense Prim MST + exact edge lengths. "
           "Medians of 3 runs (1 run for the largest sizes). gudhi only up to n = 576 (its Rips complex is far slower and memory-hungry).\n\n"
@@ -74,7 +73,7 @@ def main() -> None:
           + "\n### H0+H1 with giotto-ph (2 threads), full and greedy-permutation subsampled (n_perm = n/4)\n\n"
           "Accuracy loss of subsampling = W1 distance between the full and the subsampled H1 diagram, beside the W1 distance of the full diagram to the empty one (its total size).\n\n"
           + table(h1_rows))
-    save("persistence", md, "python benchmarks/bench_persistence.py" + (" --quick" if args.quick else ""))
+    publish("persistence", md, {"h0": h0_rows, "h1": h1_rows}, "python benchmarks/bench_persistence.py" + (" --quick" if args.quick else ""))
 
 
 if __name__ == "__main__":

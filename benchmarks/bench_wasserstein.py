@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from common import dump_json, median_time, save, table
+from common import median_time, publish, table
 from topotuner_lab.distances import h0_wasserstein, wasserstein
 from topotuner_lab.persistence import PersistenceSettings, diagrams
 
@@ -47,12 +47,11 @@ def main() -> None:
             row.update({"persim_s": per_t, "persim_rel_err": abs(per - pot) / pot})
         rows.append(row)
         print(row, file=sys.stderr)
-    dump_json("wasserstein", rows)
     md = ("### W1 between diagrams (Euclidean ground metric; persim's convention)\n\n"
           "Pairs = diagrams of a random row cloud and of a copy with 10% noise. POT is the exact reference; relative errors are |x - POT| / POT. "
           "persim (Hungarian on an (n+m)^2 matrix) is skipped for the 4096-row H0 case. hera runs with its default relative error delta = 0.01.\n\n"
           + table(rows))
-    save("wasserstein", md, "python benchmarks/bench_wasserstein.py")
+    publish("wasserstein", md, rows)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import time
@@ -39,16 +40,13 @@ def table(rows: list[dict[str, Any]], digits: int = 3) -> str:
     return "\n".join(lines) + "\n"
 
 
-def save(name: str, markdown: str, command: str) -> Path:
-    """Write one benchmark's section (Markdown with its command, date and machine) for run_all to collect."""
+def publish(name: str, markdown: str, data: Any, command: str | None = None) -> Path:
+    """Write one benchmark's raw numbers (JSON) and its section (Markdown with command, date and machine) for run_all."""
     RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=1, default=str))
+    command = command or f"python benchmarks/bench_{name}.py"
     header = (f"_Command_: `{command}`  \n_Run_: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} on "
-              f"{platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores, Python {platform.python_version()}\n\n")
+              f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}\n\n")
     path = RESULTS / f"{name}.md"
     path.write_text(header + markdown)
     return path
-
-
-def dump_json(name: str, rows: Any) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(rows, indent=1, default=str))
