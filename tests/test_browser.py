@@ -64,8 +64,8 @@ def test_notebook_renders_plotly_and_widgets_in_jupyterlab(tmp_path):
             except OSError:
                 time.sleep(0.5)
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS + [f"--user-data-dir={tmp_path / 'chrome'}"])
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            browser = pw.chromium.launch_persistent_context(str(tmp_path / "chrome"), executable_path=CHROMIUM, args=ARGS, viewport={"width": 1400, "height": 1000})
+            page = browser.new_page()
             page.goto(f"http://127.0.0.1:{port}/lab/tree/browser.ipynb?token={token}", timeout=120_000)
             page.wait_for_selector(".jp-Notebook", timeout=120_000)
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
@@ -78,6 +78,7 @@ def test_notebook_renders_plotly_and_widgets_in_jupyterlab(tmp_path):
             assert page.locator(".js-plotly-plot .main-svg").count() >= 2
             assert page.locator(".widget-slider").count() >= 1
             assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] >> text=Traceback").count() == 0
+            page.locator(".js-plotly-plot").first.scroll_into_view_if_needed()
             shot = ROOT / "figures" / "browser_screenshot.png"
             page.screenshot(path=str(shot), full_page=False)
             assert shot.stat().st_size > 10_000
