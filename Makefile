@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-OUT ?= runs/quickstart
+OUT ?= runs/notebooks-default
 
 .PHONY: venv run test lab bench clean
 venv: $(VENV)/.installed
@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: venv
-	$(VENV)/bin/topotuner-lab quickstart -o $(OUT)
+	$(VENV)/bin/topotuner-lab run-notebooks --profile default -o $(OUT)
 
 test: venv
 	$(PY) -m pytest -q
