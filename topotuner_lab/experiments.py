@@ -122,6 +122,7 @@ def run_comparison(preset: Preset, out_dir: str | Path, log: Any = print) -> pd.
                         cfg = replace(cfg, output_dir=str(out / "runs" / f"prior-{prior}" / tag / name.replace(":", "-").replace("@", "-")))
                         res = _run(loaded, cfg, log)
                         rows.append(_summary(prior, target, seed, stop, name, res))
+                        save_table(pd.DataFrame(rows), out / "results.csv")  # partial table after every run
     results = pd.DataFrame(rows)
     save_table(results, out / "results.csv")
     atomic.write_text(out / "results.md", results_markdown(results))
