@@ -58,8 +58,10 @@ def test_run_resumes_from_its_checkpoint(tiny_llama, tmp_path):
     cfg = FinetuneConfig(method="full", task="sst2", output_dir=str(out), epochs=1, **TINY)
     run_finetune(tiny_llama, cfg)
     assert list(out.glob("checkpoint-*"))
-    more = run_finetune(tiny_llama, FinetuneConfig(**{**cfg.__dict__, "epochs": 2}))
-    assert more["resumed_from"] and more["epochs_run"] == 1  # only the missing epoch ran
+    more = run_finetune(tiny_llama, FinetuneConfig(**{**cfg.__dict__, "epochs": 2, "eval_each_epoch": True}))
+    assert more["resumed_from"].endswith("checkpoint-2")  # only the missing epoch ran ...
+    assert more["epochs_run"] == 2 and len(more["epoch_seconds"]) == 2  # ... and the first one's time came back with the checkpoint
+    assert len(more["epoch_test_accuracy"]) == 1  # evaluation was only asked for on the resumed run
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -108,29 +108,37 @@ class PeakMemory:
         return (self.peak - self.base) / 2**20
 
 
-class EpochClock(TrainerCallback):
-    """Seconds per epoch (checkpoint saving, which happens after the epoch ends, excluded)."""
+def _epoch(state: Any) -> int:
+    return int(round(state.epoch or 0))
 
-    def __init__(self) -> None:
-        self.seconds: list[float] = []
+
+class EpochClock(TrainerCallback):
+    """Seconds per epoch (checkpoint saving, which happens after the epoch ends, excluded).
+
+    Logged into ``state.log_history``, which checkpoints carry, so a resumed run keeps earlier epochs.
+    """
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         self._start = time.perf_counter()
 
     def on_epoch_end(self, args, state, control, **kwargs):
-        self.seconds.append(time.perf_counter() - self._start)
+        state.log_history.append({"epoch": _epoch(state), "epoch_seconds": time.perf_counter() - self._start})
 
 
 class EpochEvaluation(TrainerCallback):
-    """Test accuracy after every epoch (to see what a longer or shorter budget gives)."""
+    """Test accuracy after every epoch (to see what a longer or shorter budget gives), logged like EpochClock."""
 
     def __init__(self, score) -> None:
         self.score = score
-        self.accuracy: list[float] = []
 
     def on_epoch_end(self, args, state, control, model=None, **kwargs):
-        self.accuracy.append(self.score(model))
+        state.log_history.append({"epoch": _epoch(state), "test_accuracy": self.score(model)})
         model.train()
+
+
+def per_epoch(log_history: list[dict[str, Any]], key: str) -> list[float]:
+    """The values of ``key`` logged once per epoch, in epoch order."""
+    return [h[key] for h in sorted((h for h in log_history if key in h), key=lambda h: h["epoch"])]
 
 
 def tokenize_for_training(tokenizer: Any, dataset: Any, max_length: int) -> Any:
@@ -208,14 +216,13 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> dict[str, Any]:
     trainable = trainable_parameter_count(model)
     total = int(sum(p.numel() for p in loaded.model.parameters()))
 
-    callbacks: list[TrainerCallback] = [clock := EpochClock()]
+    callbacks: list[TrainerCallback] = [EpochClock()]
     stopper = None
     if cfg.stop_threshold is not None:
         stopper = TopologicalEarlyStopping(cfg.stop_threshold, pids=card.trainable if cfg.method == "profile" else None, observe_only=cfg.observe_only)
         callbacks.append(stopper)
-    evaluator = EpochEvaluation(lambda m: score(m, test)) if cfg.eval_each_epoch else None
-    if evaluator:
-        callbacks.append(evaluator)
+    if cfg.eval_each_epoch:
+        callbacks.append(EpochEvaluation(lambda m: score(m, test)))
 
     args = TrainingArguments(
         output_dir=str(out),
@@ -249,6 +256,8 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> dict[str, Any]:
     stopper = next((c for c in trainer.callback_handler.callbacks if isinstance(c, TopologicalEarlyStopping)), stopper)
 
     model.eval()
+    history = trainer.state.log_history
+    epoch_seconds = per_epoch(history, "epoch_seconds")
     results: dict[str, Any] = {
         "config": asdict(cfg),
         "model": {"name": loaded.name, "revision": loaded.revision, "total_params": total},
@@ -258,18 +267,18 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> dict[str, Any]:
         "trainable_params": trainable,
         "trainable_fraction": trainable / total,
         **info,
-        "epochs_run": len(clock.seconds),
+        "epochs_run": len(epoch_seconds),
         "resumed_from": resume,
         "stop_epoch": stopper.stop_epoch if stopper else None,
         "drift_history": stopper.history if stopper else [],
-        "log_history": [h for h in trainer.state.log_history if "loss" in h],
-        "epoch_seconds": clock.seconds,
-        "train_seconds": sum(clock.seconds),
-        "seconds_per_epoch": sum(clock.seconds) / max(1, len(clock.seconds)),
+        "log_history": [h for h in history if "loss" in h],
+        "epoch_seconds": epoch_seconds,
+        "train_seconds": sum(epoch_seconds),
+        "seconds_per_epoch": sum(epoch_seconds) / max(1, len(epoch_seconds)),
         "peak_memory_mib": memory.peak_mib,
         "train_accuracy": score(model, train.select(range(min(len(train), cfg.n_test)))),
         "test_accuracy": score(model, test),
-        "epoch_test_accuracy": evaluator.accuracy if evaluator else [],
+        "epoch_test_accuracy": per_epoch(history, "test_accuracy"),
         "ood_task": ood_task,
         "ood_accuracy_before": before["ood_accuracy"],
         "ood_accuracy_after": score_ood(model, ood),
