@@ -1,7 +1,6 @@
-import numpy as np
 import pytest
 import torch
-from transformers import TrainerControl, TrainerState, TrainingArguments
+from transformers import TrainerControl, TrainerState
 
 from topotuner_lab.early_stopping import TopologicalEarlyStopping, projection_matrices
 from topotuner_lab.errors import ParameterError

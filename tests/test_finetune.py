@@ -1,10 +1,8 @@
 import json
 
 import pytest
-import torch
 
 from topotuner_lab.drift import DriftCache, drift_table
-from topotuner_lab.errors import ParameterError
 from topotuner_lab.finetune import FinetuneConfig, lora_rank_for, run_finetune
 from topotuner_lab.profiles import ModelIdentity, build_profile
 from topotuner_lab.snapshot import extract_snapshot, load_snapshot, perturb_snapshot

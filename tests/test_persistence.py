@@ -4,7 +4,7 @@ import pytest
 import ripser
 
 from topotuner_lab.errors import InvalidMatrixError, ParameterError
-from topotuner_lab.persistence import PersistenceSettings, diagrams, distance_matrix, greedy_permutation, h0_diagram, mst_edges
+from topotuner_lab.persistence import PersistenceSettings, diagrams, distance_matrix, greedy_permutation, h0_diagram
 
 
 def _structured(rng):

@@ -2,15 +2,13 @@
 
 import json
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from topotuner_lab import atomic
 from topotuner_lab.drift import DriftCache, DriftSettings, drift_table
-from topotuner_lab.models import build_tiny_model
 from topotuner_lab.profiles import ModelIdentity, build_profile
-from topotuner_lab.snapshot import extract_snapshot, load_snapshot, perturb_snapshot, save_snapshot
+from topotuner_lab.snapshot import load_snapshot, perturb_snapshot, save_snapshot
 
 
 def test_crash_mid_write_keeps_the_old_file(tmp_path):

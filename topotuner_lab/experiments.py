@@ -20,7 +20,7 @@ from .drift import DriftSettings, drift_table, load_table, save_table
 from .errors import ParameterError
 from .finetune import FinetuneConfig, run_finetune
 from .models import load_model
-from .profiles import ModelIdentity, ProfileCard, build_profile
+from .profiles import ModelIdentity, build_profile
 from .snapshot import extract_snapshot, load_snapshot, save_snapshot
 
 
