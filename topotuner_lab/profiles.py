@@ -135,8 +135,11 @@ class ProfileCard:
     def spectrum_patterns(self, model: torch.nn.Module | None = None) -> list[str]:
         """``unfrozen_parameters`` regexes (Spectrum / axolotl format) for the trainable projections."""
         if model is None:
-            if self.model.architecture == "gpt2":
-                raise ProfileError("GPT-2's q/k/v share one fused parameter, which Spectrum/axolotl cannot unfreeze in part", "pass the model to get whole-parameter patterns, or use a LLaMA-style model")
+            from .projections import ARCHITECTURES, _LLAMA_LIKE
+
+            if ARCHITECTURES.get(self.model.architecture) is not _LLAMA_LIKE:
+                raise ProfileError(f"parameter names of a {self.model.architecture!r} model cannot be written without the model",
+                                   "pass the model (card.to_spectrum_yaml(model)); GPT-2's fused q/k/v can only be unfrozen whole")
             return [rf"^model\.layers\.{pid.split('.')[0][1:]}\.self_attn\.{pid[-1]}_proj\.weight$" for pid in self.trainable]
         names = {p.pid: p.param_name for p in enumerate_projections(model)}
         return sorted({"^" + re.escape(names[pid]) + "$" for pid in self.trainable})
