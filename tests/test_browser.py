@@ -42,6 +42,37 @@ def _settings(folder: Path) -> None:
     (folder / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
 
 
+def _wait_for_server(url: str, lab: subprocess.Popen, log: Path) -> None:
+    for _ in range(240):
+        if lab.poll() is not None:
+            pytest.fail(f"JupyterLab exited with {lab.returncode}:\n{_tail(log)}")
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"JupyterLab did not answer in 2 minutes:\n{_tail(log)}")
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.is_file() else "(no log)"
+
+
+def _run_all_cells(page) -> None:
+    """Run > Run All Cells, retried until a cell shows it ran: a click that lands before the notebook
+    panel has focus or its kernel is connected does nothing, which is how this test once timed out."""
+    for _ in range(4):
+        page.locator(".jp-Notebook .jp-Cell").first.click()
+        page.get_by_role("menuitem", name="Run", exact=True).click(timeout=30_000)
+        page.get_by_text("Run All Cells", exact=True).click(timeout=30_000)
+        try:
+            page.wait_for_function("""() => [...document.querySelectorAll('.jp-InputPrompt')].some(e => /\\[(\\*|\\d+)\\]/.test(e.textContent))""", timeout=30_000)
+            return
+        except Exception:  # playwright's TimeoutError: nothing started, try again
+            page.keyboard.press("Escape")
+    raise AssertionError("Run All Cells never started a cell")
+
+
 def test_notebook_renders_plotly_and_widgets_in_jupyterlab(tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -54,27 +85,28 @@ def test_notebook_renders_plotly_and_widgets_in_jupyterlab(tmp_path):
     _settings(tmp_path / "settings")
     port, token = _free_port(), "topotuner-test"
     env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"), "JUPYTER_CONFIG_DIR": str(tmp_path / "jcfg")}
-    lab = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", "--ip", "127.0.0.1", f"--port={port}", f"--IdentityProvider.token={token}",
-                            "--allow-root", f"--ServerApp.root_dir={served}"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "lab.log"
+    with log.open("w") as sink:
+        lab = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", "--ip", "127.0.0.1", f"--port={port}", f"--IdentityProvider.token={token}",
+                                "--allow-root", f"--ServerApp.root_dir={served}"], env=env, stdout=sink, stderr=subprocess.STDOUT)
     try:
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.5)
+        _wait_for_server(f"http://127.0.0.1:{port}/api/status?token={token}", lab, log)
         with sync_playwright() as pw:
             browser = pw.chromium.launch_persistent_context(str(tmp_path / "chrome"), executable_path=CHROMIUM, args=ARGS, viewport={"width": 1400, "height": 1000})
             page = browser.new_page()
-            page.goto(f"http://127.0.0.1:{port}/lab/tree/browser.ipynb?token={token}", timeout=120_000)
-            page.wait_for_selector(".jp-Notebook", timeout=120_000)
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
-            page.get_by_role("menuitem", name="Run", exact=True).click(timeout=30_000)
-            page.get_by_text("Run All Cells", exact=True).click(timeout=30_000)
-            page.wait_for_selector(".js-plotly-plot .main-svg", timeout=180_000)
-            page.wait_for_selector(".widget-slider", timeout=180_000)
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=180_000)
-            time.sleep(2)
+            try:
+                page.goto(f"http://127.0.0.1:{port}/lab/tree/browser.ipynb?token={token}", timeout=120_000)
+                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+                page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+                _run_all_cells(page)
+                page.wait_for_selector(".js-plotly-plot .main-svg", timeout=180_000)
+                page.wait_for_selector(".widget-slider", timeout=180_000)
+                page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=180_000)
+                time.sleep(2)
+            except Exception as error:
+                page.screenshot(path=str(tmp_path / "failure.png"))
+                outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
+                raise AssertionError(f"{error}\nscreenshot: {tmp_path / 'failure.png'}\ncell outputs: {outputs}\nJupyterLab log:\n{_tail(log)}") from error
             assert page.locator(".js-plotly-plot .main-svg").count() >= 2
             assert page.locator(".widget-slider").count() >= 1
             assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] >> text=Traceback").count() == 0
