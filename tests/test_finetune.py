@@ -3,7 +3,9 @@ import json
 import pytest
 
 from topotuner_lab.drift import DriftCache, drift_table
-from topotuner_lab.finetune import FinetuneConfig, lora_rank_for, run_finetune
+from topotuner_lab.errors import ProfileError
+from topotuner_lab.finetune import FinetuneConfig, lora_rank_for, run_finetune, stop_threshold_for
+from topotuner_lab.profiles import ProfileCard
 from topotuner_lab.profiles import ModelIdentity, build_profile
 from topotuner_lab.snapshot import extract_snapshot, load_snapshot, perturb_snapshot
 
@@ -69,7 +71,19 @@ def test_run_resumes_from_its_checkpoint(tiny_llama, tmp_path):
     ({"task": "imdb"}, "unknown task"),
     ({"epochs": 0}, "epochs=0"),
     ({"n_train": "10"}, "n_train='10'"),
+    ({"stop_threshold": "card"}, "needs a profile card to read it from"),
+    ({"stop_threshold": "soon", "method": "profile", "profile": "c.json"}, "neither a number nor 'card'"),
 ])
 def test_config_errors(kwargs, message):
     with pytest.raises(Exception, match=message):
         FinetuneConfig(**kwargs)
+
+
+def test_stop_threshold_card_reads_the_cards_own(card_path):
+    card = ProfileCard.load(card_path)
+    cfg = FinetuneConfig(method="profile", profile=str(card_path), stop_threshold="card")
+    with pytest.raises(ProfileError, match="records no stopping threshold"):
+        stop_threshold_for(cfg, card)
+    card.stop_threshold = 0.4
+    assert stop_threshold_for(cfg, card) == 0.4
+    assert stop_threshold_for(FinetuneConfig(method="profile", profile=str(card_path), stop_threshold=0.7), card) == 0.7

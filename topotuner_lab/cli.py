@@ -96,6 +96,16 @@ def _cmd_run_notebooks(args: argparse.Namespace) -> None:
     print(f"executed {len(executed)} notebooks into {args.output}/executed; figures in {args.output}/figures")
 
 
+def _threshold(text: str) -> float | str:
+    """A stopping threshold on the command line: a number, or 'card'."""
+    if text == "card":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a number nor 'card'") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="topotuner-lab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -160,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     ft.add_argument("--lr", type=float, default=None)
     ft.add_argument("--seed", type=int, default=0)
     ft.add_argument("--data-seed", type=int, default=0)
-    ft.add_argument("--stop-threshold", type=float, default=None, help="topological early stopping (normalized drift)")
+    ft.add_argument("--stop-threshold", type=_threshold, default=None, help="topological early stopping: normalized drift in (0, 1), or 'card' for the card's own")
     ft.add_argument("--observe-only", action="store_true", help="record the stop epoch but train the full budget")
     ft.add_argument("--eval-each-epoch", action="store_true")
     ft.add_argument("--save-snapshot", action="store_true")

@@ -10,6 +10,7 @@ run its full budget, so both accuracies can be compared.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,7 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
         self._previous = projection_matrices(model, self.pids)
 
     def on_epoch_end(self, args, state, control, model=None, **kwargs):
+        start = time.perf_counter()
         current = projection_matrices(model, self.pids)
         table = drift_between(self._previous, current, self.settings, n_jobs=1, cache=DriftCache(None))
         drift = float(table[self.metric].sum())
@@ -74,7 +76,7 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
             self.reference = drift if drift > 0 else float("nan")
         normalized = drift / self.reference if self.reference else float("nan")
         epoch = int(round(state.epoch or len(self.history) + 1))
-        self.history.append({"epoch": epoch, "drift": drift, "normalized": normalized})
+        self.history.append({"epoch": epoch, "drift": drift, "normalized": normalized, "seconds": time.perf_counter() - start})
         state.log_history.append({"epoch": epoch, "topo_drift": drift, "topo_drift_normalized": normalized})
         if self.stop_epoch is None and epoch >= self.min_epochs and normalized < self.threshold:
             self.stop_epoch = epoch

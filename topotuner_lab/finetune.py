@@ -21,7 +21,7 @@ from transformers import DataCollatorForSeq2Seq, Trainer, TrainerCallback, Train
 
 from . import atomic
 from .early_stopping import TopologicalEarlyStopping
-from .errors import ParameterError
+from .errors import ParameterError, ProfileError
 from .evaluation import classification_accuracy, encode, gsm8k_exact_match, perplexity
 from .models import LoadedModel
 from .profiles import ProfileCard, apply_profile, trainable_parameter_count
@@ -54,7 +54,7 @@ class FinetuneConfig:
     lr_scheduler: str = "linear"  # decays to 0 over the epoch budget
     seed: int = 0  # training seed
     data_seed: int = 0  # which rows are drawn
-    stop_threshold: float | None = None  # topological early stopping (None: off)
+    stop_threshold: float | str | None = None  # topological early stopping: a number, "card" (the card's own), None (off)
     observe_only: bool = False  # record the stop epoch but train the full budget
     eval_each_epoch: bool = False
     save_checkpoints: bool = True
@@ -66,6 +66,10 @@ class FinetuneConfig:
             raise ParameterError(f"unknown method {self.method!r}", f"use one of {', '.join(METHODS)}")
         if self.method == "profile" and not self.profile:
             raise ParameterError("method 'profile' needs a profile card", "pass --profile card.json")
+        if self.stop_threshold == "card" and not self.profile:
+            raise ParameterError("stop_threshold='card' needs a profile card to read it from", "pass --profile card.json or a number such as 0.5")
+        if isinstance(self.stop_threshold, str) and self.stop_threshold != "card":
+            raise ParameterError(f"stop_threshold={self.stop_threshold!r} is neither a number nor 'card'", "pass a number in (0, 1) such as 0.5, or 'card'")
         if self.lora_rank == "match" and not self.profile:
             raise ParameterError("lora_rank='match' needs a profile card to match", "pass --profile card.json or an integer rank")
         get_task(self.task)
@@ -186,6 +190,16 @@ def _scorer(task: str, tokenizer: Any, max_length: int):
     return lambda model, ds: gsm8k_exact_match(model, tokenizer, ds, max_length=max_length)
 
 
+def stop_threshold_for(cfg: FinetuneConfig, card: ProfileCard | None) -> float | None:
+    """The early-stopping threshold to use: the config's number, or the card's when it says "card"."""
+    if cfg.stop_threshold != "card":
+        return cfg.stop_threshold
+    if card is None or card.stop_threshold is None:
+        raise ProfileError(f"profile card {cfg.profile} records no stopping threshold",
+                           "rebuild it with `topotuner-lab profile ... --stop-threshold 0.5`, or pass a number instead of 'card'")
+    return card.stop_threshold
+
+
 def _last_checkpoint(output_dir: Path) -> str | None:
     checkpoints = sorted(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     return str(checkpoints[-1]) if checkpoints else None
@@ -218,8 +232,9 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> dict[str, Any]:
 
     callbacks: list[TrainerCallback] = [EpochClock()]
     stopper = None
-    if cfg.stop_threshold is not None:
-        stopper = TopologicalEarlyStopping(cfg.stop_threshold, pids=card.trainable if cfg.method == "profile" else None, observe_only=cfg.observe_only)
+    threshold = stop_threshold_for(cfg, card)
+    if threshold is not None:
+        stopper = TopologicalEarlyStopping(threshold, pids=card.trainable if cfg.method == "profile" else None, observe_only=cfg.observe_only)
         callbacks.append(stopper)
     if cfg.eval_each_epoch:
         callbacks.append(EpochEvaluation(lambda m: score(m, test)))
@@ -269,6 +284,7 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> dict[str, Any]:
         **info,
         "epochs_run": len(epoch_seconds),
         "resumed_from": resume,
+        "stop_threshold": threshold,
         "stop_epoch": stopper.stop_epoch if stopper else None,
         "drift_history": stopper.history if stopper else [],
         "log_history": [h for h in history if "loss" in h],

@@ -21,7 +21,7 @@ import torch
 
 from . import atomic
 from .errors import InputFileError, ProfileError
-from .projections import Projection, enumerate_projections
+from .projections import Projection, enumerate_projections, is_llama_like
 from .snapshot import Snapshot, extract_snapshot
 
 SCHEMA_VERSION = 1
@@ -135,9 +135,7 @@ class ProfileCard:
     def spectrum_patterns(self, model: torch.nn.Module | None = None) -> list[str]:
         """``unfrozen_parameters`` regexes (Spectrum / axolotl format) for the trainable projections."""
         if model is None:
-            from .projections import ARCHITECTURES, _LLAMA_LIKE
-
-            if ARCHITECTURES.get(self.model.architecture) is not _LLAMA_LIKE:
+            if not is_llama_like(self.model.architecture):
                 raise ProfileError(f"parameter names of a {self.model.architecture!r} model cannot be written without the model",
                                    "pass the model (card.to_spectrum_yaml(model)); GPT-2's fused q/k/v can only be unfrozen whole")
             return [rf"^model\.layers\.{pid.split('.')[0][1:]}\.self_attn\.{pid[-1]}_proj\.weight$" for pid in self.trainable]

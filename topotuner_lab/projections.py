@@ -34,6 +34,11 @@ ARCHITECTURES: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 
+def is_llama_like(architecture: str) -> bool:
+    """True when the architecture names its projections ``model.layers.N.self_attn.{q,k,v,o}_proj``."""
+    return ARCHITECTURES.get(architecture) is _LLAMA_LIKE
+
+
 @dataclass(frozen=True)
 class Projection:
     """One attention projection matrix: where it lives in the model and how to read it."""
