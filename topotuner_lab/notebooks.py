@@ -19,6 +19,7 @@ NOTEBOOKS: tuple[str, ...] = (
     "04_build_profile.ipynb",
     "05_finetune_compare.ipynb",
     "06_early_stopping.ipynb",
+    "07_compare_cards.ipynb",
 )
 PROFILES: dict[str, dict[str, Any]] = {
     "tiny": {"model": "tiny-llama", "n_train": 16, "n_test": 8, "epochs": 2, "prior_epochs": 1, "max_length": 48, "batch_size": 8, "budget_pct": 5.0, "stop_threshold": 0.9},
@@ -31,6 +32,7 @@ EXPECTED_FIGURES: dict[str, tuple[str, ...]] = {
     "04_build_profile.ipynb": ("profile_selection",),
     "05_finetune_compare.ipynb": ("training_curves", "cost_bars"),
     "06_early_stopping.ipynb": ("early_stopping",),
+    "07_compare_cards.ipynb": ("card_comparison",),
 }
 
 

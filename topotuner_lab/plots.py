@@ -8,7 +8,7 @@ import shutil
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -16,7 +16,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .atomic import atomic_path
-from .projections import KINDS
+from .projections import KINDS, parse_pid
+
+if TYPE_CHECKING:
+    from .card_compare import CardComparison
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
 #: The offline renderer: plotly's JSON mimetype for JupyterLab, plus inlined plotly.js for HTML export.
@@ -133,6 +136,26 @@ def early_stopping(result: dict[str, Any], threshold: float, title: str = "Topol
     fig.update_yaxes(title_text="drift / first-epoch drift", secondary_y=False)
     fig.update_yaxes(title_text="test accuracy", range=[0, 1], secondary_y=True)
     fig.update_layout(title=title, template="plotly_white")
+    return fig
+
+
+def card_comparison(comparison: CardComparison, title: str = "Two profile cards compared") -> go.Figure:
+    """Left: each card's trainable projections on the layer x kind plane (both / only one);
+    right: each card's share of trainable parameters per projection kind."""
+    a, b = comparison.labels
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.45, 0.55], subplot_titles=["trainable projections", "share of trainable parameters per kind"])
+    groups = (("both", comparison.both, COLORS[3]), (f"only {a}", comparison.only_a, COLORS[0]), (f"only {b}", comparison.only_b, COLORS[1]))
+    for name, pids, color in groups:
+        parsed = [parse_pid(pid) for pid in pids]
+        fig.add_trace(go.Scatter(x=[k for _, k in parsed], y=[layer for layer, _ in parsed], mode="markers", name=name, text=pids,
+                                 marker=dict(symbol="square", size=12, color=color), hovertemplate="%{text}<extra>" + name + "</extra>"), row=1, col=1)
+    for label, color in zip(comparison.labels, COLORS[:2]):
+        fig.add_trace(go.Bar(x=list(comparison.kind_share.index), y=comparison.kind_share[label], name=label, marker_color=color, showlegend=False,
+                             hovertemplate=f"{label}<br>%{{x}}: %{{y:.1%}}<extra></extra>"), row=1, col=2)
+    fig.update_xaxes(categoryorder="array", categoryarray=list(KINDS))
+    fig.update_yaxes(title_text="layer", row=1, col=1)
+    fig.update_yaxes(tickformat=".0%", range=[0, 1], row=1, col=2)
+    fig.update_layout(title=title, template="plotly_white", barmode="group")
     return fig
 
 

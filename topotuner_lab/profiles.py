@@ -147,7 +147,8 @@ class ProfileCard:
         return "\n".join(lines + [f"- {p}" for p in self.spectrum_patterns(model)]) + "\n"
 
 
-def _param_counts(shapes: dict[str, list[int]]) -> dict[str, int]:
+def param_counts(shapes: dict[str, list[int]]) -> dict[str, int]:
+    """Parameters per projection id, from the shapes a card or snapshot records."""
     return {pid: int(np.prod(shape)) for pid, shape in shapes.items()}
 
 
@@ -206,7 +207,7 @@ def build_profile(
     scores = table.set_index("pid")[rank_col].astype(float)
     if strategy == "random":
         scores = pd.Series(np.random.default_rng(seed).permutation(len(scores)).astype(float), index=scores.index)
-    params = _param_counts(identity.shapes)
+    params = param_counts(identity.shapes)
     ranked, chosen = select_projections(scores, params, identity.total_params, descending=strategy != "low-drift", count=count, fraction=fraction)
     trainable_params = sum(params[p] for p in chosen)
     order = list(identity.shapes)

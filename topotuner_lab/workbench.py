@@ -11,7 +11,7 @@ import pandas as pd
 from .drift import DriftSettings, drift_table, load_table, save_table
 from .finetune import FinetuneConfig, load_results, run_finetune
 from .models import LoadedModel, load_model
-from .profiles import ModelIdentity
+from .profiles import ModelIdentity, ProfileCard, build_profile
 from .snapshot import Snapshot, extract_snapshot, load_snapshot, save_snapshot
 
 
@@ -73,3 +73,18 @@ def results_frame(results: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """The comparison as a table: accuracy, gap, forgetting, trainable share, time, memory."""
     cols = ["test_accuracy", "train_test_gap", "forgetting_ood", "perplexity_change", "trainable_fraction", "epochs_run", "seconds_per_epoch", "peak_memory_mib"]
     return pd.DataFrame([{"run": name, **{c: res.get(c) for c in cols}} for name, res in results.items()])
+
+
+def cards_to_compare(work_dir: str | Path, card_a: str = "", card_b: str = "") -> tuple[ProfileCard, ProfileCard, tuple[str, str]]:
+    """Two cards and their labels. ``card_a`` defaults to notebook 4's card; ``card_b`` to the magnitude
+    control at the same budget, built from the same drift table (topology's pick against magnitude's)."""
+    work = Path(work_dir)
+    a = ProfileCard.load(card_a or work / "cards" / "profile.json")
+    if card_b:
+        b = ProfileCard.load(card_b)
+    else:
+        table = load_table(work / f"drift-{a.prior_task}.parquet")
+        b = build_profile(table, a.model, prior_task=a.prior_task, strategy="magnitude", seed=a.seed, **a.budget)
+    label = lambda c: f"{c.model.name} {c.prior_task} {c.strategy}"
+    labels = (label(a), label(b))
+    return a, b, labels if labels[0] != labels[1] else ("A: " + labels[0], "B: " + labels[1])

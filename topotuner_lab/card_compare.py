@@ -1,0 +1,84 @@
+"""Comparing two profile cards: does a profile transfer, and do two tasks or models pick alike?
+
+On the same model the cards' ids can be matched one to one (overlap, Jaccard index, rank
+agreement). Across models the ids differ, so the comparison falls back to what the paper reads
+off its profiles: which projection kinds get the trainable budget, and at what relative depth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+from scipy.stats import spearmanr
+
+from .profiles import ProfileCard, param_counts
+from .projections import KINDS, parse_pid
+
+
+@dataclass(frozen=True)
+class CardComparison:
+    """What two cards share and how they differ; ``labels`` name them in tables and figures."""
+
+    labels: tuple[str, str]
+    same_model: bool
+    both: list[str]
+    only_a: list[str]
+    only_b: list[str]
+    jaccard: float | None  # trainable-set overlap; None across models
+    rank_spearman: float | None  # agreement of the two rankings over the ids both rank; None across models
+    kind_share: pd.DataFrame  # share of each card's trainable parameters per projection kind (rows q, k, v, o)
+    mean_depth: tuple[float, float]  # mean relative depth (0 = first layer, 1 = last) of each card's trainable ids
+
+    def summary(self) -> pd.DataFrame:
+        """One row per measure, for display beside the figure."""
+        a, b = self.labels
+        rows = {
+            "same model": self.same_model,
+            "trainable in both": len(self.both),
+            f"only in {a}": len(self.only_a),
+            f"only in {b}": len(self.only_b),
+            "Jaccard index of the trainable sets": self.jaccard,
+            "Spearman correlation of the ranking scores": self.rank_spearman,
+            f"mean relative depth, {a}": self.mean_depth[0],
+            f"mean relative depth, {b}": self.mean_depth[1],
+        }
+        return pd.DataFrame({"value": list(rows.values())}, index=list(rows))
+
+
+def _kind_share(card: ProfileCard) -> pd.Series:
+    params = param_counts(card.model.shapes)
+    per_kind = pd.Series({kind: 0 for kind in KINDS}, dtype=float)
+    for pid in card.trainable:
+        per_kind[parse_pid(pid)[1]] += params[pid]
+    return per_kind / max(1.0, per_kind.sum())
+
+
+def _mean_depth(card: ProfileCard) -> float:
+    last = max(parse_pid(pid)[0] for pid in card.model.shapes)
+    return sum(parse_pid(pid)[0] for pid in card.trainable) / len(card.trainable) / max(1, last)
+
+
+def compare_cards(a: ProfileCard, b: ProfileCard, labels: tuple[str, str] = ("A", "B")) -> CardComparison:
+    """Compare two cards' selections (same model: id by id; other models: by kind and depth)."""
+    same = a.model.weights_hash == b.model.weights_hash and a.model.shapes == b.model.shapes
+    set_a, set_b = set(a.trainable), set(b.trainable)
+    jaccard = spearman = None
+    if same:
+        jaccard = len(set_a & set_b) / len(set_a | set_b)
+        score_a = {r["pid"]: r["score"] for r in a.ranking}
+        score_b = {r["pid"]: r["score"] for r in b.ranking}
+        common = sorted(set(score_a) & set(score_b))
+        if len(common) > 2:
+            spearman = float(spearmanr([score_a[p] for p in common], [score_b[p] for p in common]).statistic)
+    return CardComparison(
+        labels=labels,
+        same_model=same,
+        both=sorted(set_a & set_b) if same else [],
+        only_a=sorted(set_a - set_b) if same else sorted(set_a),
+        only_b=sorted(set_b - set_a) if same else sorted(set_b),
+        jaccard=jaccard,
+        rank_spearman=spearman,
+        kind_share=pd.DataFrame({labels[0]: _kind_share(a), labels[1]: _kind_share(b)}),
+        mean_depth=(_mean_depth(a), _mean_depth(b)),
+    )
