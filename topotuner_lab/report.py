@@ -14,6 +14,7 @@ import pandas as pd
 from . import atomic
 from .drift import DriftSettings, drift_table, load_table
 from .plots import drift_heatmaps, save_figure
+from .projections import KINDS
 from .snapshot import Snapshot, load_snapshot, perturb_snapshot
 
 CLAIMS = (
@@ -113,6 +114,22 @@ def grid_share(snapshot: Snapshot, block: int = 32, levels: int = 16) -> float:
     return on_grid / total
 
 
+def drift_by_kind(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean drift per projection kind; H0 W1 also per row, since W1 sums over a diagram's points and kinds differ in rows."""
+    table = table.assign(h0_w1_per_row=table["h0_w1"] / table["rows"])
+    return table.groupby("kind")[["h0_w1", "h0_w1_per_row", "h1_w1", "rel_frobenius"]].mean().reindex(list(KINDS))
+
+
+def model_family_section(kinds: dict[tuple[str, str], pd.Series]) -> str:
+    """Which projection kinds drift most, per model and prior task (the paper: V/O in LLaMA and Mistral, K/Q in Qwen)."""
+    table = pd.DataFrame(kinds).T.rename_axis(["model", "prior"])
+    table["ranking"] = [" > ".join(row.sort_values(ascending=False).index) for _, row in table[list(KINDS)].iterrows()]
+    tops = table.groupby(level="model")["ranking"].agg(lambda r: sorted({x.split(" > ")[0] for x in r}))
+    return ("\n## Is the drift profile model-dependent?\n\nMean H0 W1 per row by projection kind, per model and prior task. The paper finds high "
+            "V/O drift in LLaMA and Mistral and K/Q drift in Qwen. Most-drifting kind here: "
+            + "; ".join(f"{model}: {', '.join(top)}" for model, top in tops.items()) + ".\n\n" + table.reset_index().to_markdown(index=False, floatfmt=".4g") + "\n")
+
+
 def noise_floor_section(out: Path, prior: str, table: pd.DataFrame) -> str:
     """Real drift beside the drift of a tiny random perturbation (the Q4_1 grid effect)."""
     pre_path, post_path = out / "pretrained.safetensors", out / f"prior-{prior}" / "after.safetensors"
@@ -122,8 +139,8 @@ def noise_floor_section(out: Path, prior: str, table: pd.DataFrame) -> str:
     noise = drift_table(pre, perturb_snapshot(pre, 1e-3), DriftSettings(orders=(1.0,), bottleneck=False))
     cols = ["h0_w1", "h1_w1", "rel_frobenius", "row_cosine_change"]
     ratio = (table[cols].median() / noise[cols].median()).to_frame("median fine-tune drift / median noise drift")
-    return (f"\nNoise floor: the pretrained weights are dequantized from Q4_1, so {100 * grid_share(pre):.1f}% of their 32-weight blocks hold "
-            f"at most 16 distinct values; after the fine-tune {100 * grid_share(post):.1f}% do. A random perturbation of std 1e-3 x each "
+    return (f"\nNoise floor: {100 * grid_share(pre):.1f}% of the pretrained matrices' 32-weight blocks hold at most 16 distinct values (weights dequantized "
+            f"from a 4-bit GGUF sit on such a grid; Q4_K_M keeps some matrices in 6 bits); after the fine-tune {100 * grid_share(post):.1f}% do. A random perturbation of std 1e-3 x each "
             "matrix's std also leaves the grid; the real drift over that noise floor:\n\n" + ratio.to_markdown(floatfmt=".3g") + "\n")
 
 
@@ -134,15 +151,20 @@ def setup_section(out: Path) -> str:
         return ""
     preset = json.loads(path.read_text())
     prior, target = preset["prior"], preset["target"]
-    return (f"\n## Setup\n\n- Model: {preset['model'] or 'embedded SmolLM2-135M-Instruct'}; priors {', '.join(preset['prior_tasks'])}, each card transferred to "
-            f"the other task(s) of {', '.join(preset['target_tasks'])}; seeds {preset['seeds']} (each sets the training seed and which rows are drawn).\n"
-            f"- Prior fine-tune: full FT, {prior['n_train']} examples x {prior['epochs']} epochs, lr {prior['learning_rate'] or 'default'}.\n"
-            f"- Targets: {target['n_train']} training / {target['n_test']} test examples, {target['epochs']} epochs, batch {target['batch_size']}, "
-            f"{target['max_length']} tokens, linear learning-rate decay; untuned default learning rates (full 3e-5, LoRA 3e-4, profile 2e-4).\n"
-            f"- Cards: {', '.join(preset['strategies'])} ranked by `{preset['metric']}`, at budgets {', '.join(f'{100 * b:g}%' for b in preset['budgets'])} of all "
-            f"parameters; LoRA on q/k/v/o with the rank closest to the high-drift card's parameter count.\n"
-            f"- Early stopping: threshold {preset['stop_threshold']} on H0 W1 epoch-to-epoch drift normalized by the first epoch's"
-            f"{', observe mode (a stopped run is the full-budget run cut at its stop epoch: same seeds, same schedule)' if target['observe_only'] else ''}.\n")
+    lines = [
+        f"Model: {preset['model'] or 'embedded SmolLM2-135M-Instruct'}; priors {', '.join(preset['prior_tasks'])}, each card transferred to the other "
+        f"task(s) of {', '.join(preset['target_tasks'])}; seeds {preset['seeds']} (each sets the training seed and which rows are drawn).",
+        f"Prior fine-tune: full FT, {prior['n_train']} examples x {prior['epochs']} epoch(s), lr {prior['learning_rate'] or 'default'}.",
+        f"Targets: {target['n_train']} training / {target['n_test']} test examples, {target['epochs']} epochs, batch {target['batch_size']}, "
+        f"{target['max_length']} tokens, linear learning-rate decay; untuned default learning rates (full 3e-5, LoRA 3e-4, profile 2e-4).",
+        f"Cards: {', '.join(preset['strategies'])} ranked by `{preset['metric']}`, at budgets {', '.join(f'{100 * b:g}%' for b in preset['budgets'])} of all "
+        "parameters; LoRA on q/k/v/o with the rank closest to the high-drift card's parameter count.",
+        f"Early stopping: threshold {preset['stop_threshold']} on H0 W1 epoch-to-epoch drift normalized by the first epoch's"
+        + (", observe mode (a stopped run is the full-budget run cut at its stop epoch: same seeds, same schedule)." if target["observe_only"] else "."),
+    ]
+    if preset.get("other_models"):
+        lines.append(f"Drift only (own prior fine-tunes, no transfer grid): {', '.join(preset['other_models'])}.")
+    return "\n## Setup\n\n" + "".join(f"- {line}\n" for line in lines)
 
 
 def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
@@ -160,15 +182,21 @@ def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
                  "GSM8K text; `stop_epoch` = where topological early stopping fired (observe mode trains on, `acc_at_stop` is the accuracy then); "
                  "`peak_mem_mib` = resident memory above the start of training, sampled (see docs/BENCHMARKS.md for clean per-process memory).\n\n"
                  + markdown_table(results) + "\n")
-    for table_path in sorted(out.glob("drift-*.parquet")):
-        prior = table_path.stem.removeprefix("drift-")
-        table = load_table(table_path)
-        table = table.assign(h0_w1_per_row=table["h0_w1"] / table["rows"])  # W1 sums over points: q/o have 3x the rows of k/v here
-        by_kind = table.groupby("kind")[["h0_w1", "h0_w1_per_row", "h1_w1", "rel_frobenius"]].mean().reindex(["q", "k", "v", "o"])
-        save_figure(drift_heatmaps(table, ["h0_w1", "h1_w1", "rel_frobenius"], title=f"Drift after the {prior} prior fine-tune"), figures / f"results_drift_{prior}")
-        ranked = by_kind["h0_w1_per_row"].sort_values(ascending=False)
-        parts.append(f"\n## Drift after the {prior} prior fine-tune\n\n![drift heatmaps](figures/results_drift_{prior}.png)\n\n"
-                     f"Mean drift per projection kind (ranked by H0 W1 per row, since W1 sums over a diagram's points: {' > '.join(ranked.index)}):\n\n" + by_kind.to_markdown(floatfmt=".4g") + "\n"
-                     + noise_floor_section(out, prior, table))
+    kinds: dict[tuple[str, str], pd.Series] = {}
+    for folder in [out, *sorted(p for p in (out / "models").glob("*") if p.is_dir())]:
+        model = load_snapshot(folder / "pretrained.safetensors").model if (folder / "pretrained.safetensors").is_file() else folder.name
+        tag = "" if folder == out else f"{folder.name}_"
+        for table_path in sorted(folder.glob("drift-*.parquet")):
+            prior = table_path.stem.removeprefix("drift-")
+            table = load_table(table_path)
+            by_kind = drift_by_kind(table)
+            kinds[(model, prior)] = by_kind["h0_w1_per_row"]
+            save_figure(drift_heatmaps(table, ["h0_w1", "h1_w1", "rel_frobenius"], title=f"{model}: drift after the {prior} prior fine-tune"), figures / f"results_drift_{tag}{prior}")
+            ranked = by_kind["h0_w1_per_row"].sort_values(ascending=False)
+            parts.append(f"\n## {model}: drift after the {prior} prior fine-tune\n\n![drift heatmaps](figures/results_drift_{tag}{prior}.png)\n\n"
+                         f"Mean drift per projection kind (ranked by H0 W1 per row, since W1 sums over a diagram's points: {' > '.join(ranked.index)}):\n\n"
+                         + by_kind.to_markdown(floatfmt=".4g") + "\n" + noise_floor_section(folder, prior, table))
+    if len({model for model, _ in kinds}) > 1:
+        parts.append(model_family_section(kinds))
     atomic.write_text(target, "".join(parts))
     return target
