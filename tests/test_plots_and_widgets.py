@@ -1,4 +1,6 @@
 
+from pathlib import Path
+
 import numpy as np
 import plotly.graph_objects as go
 import pytest
@@ -73,3 +75,21 @@ def test_profile_builder_follows_controls(table, tiny_llama, tmp_path):
     assert all(f.is_file() for f in files)
     assert ProfileCard.load(files[0]).trainable == builder.card.trainable
     assert "unfrozen_parameters:" in files[2].read_text()
+
+
+def test_png_export_retries_a_transient_kaleido_failure(tmp_path, monkeypatch):
+    calls = []
+
+    def flaky(self, path, **kwargs):
+        calls.append(path)
+        if len(calls) == 1:
+            raise RuntimeError("ReferenceError: kaleido_scopes is not defined")
+        Path(path).write_bytes(b"png")
+
+    monkeypatch.setattr(go.Figure, "write_image", flaky)
+    with pytest.warns(UserWarning, match="retrying"):
+        plots._write_png(go.Figure(), tmp_path / "a.png")
+    assert len(calls) == 2 and (tmp_path / "a.png").read_bytes() == b"png"
+    monkeypatch.setattr(go.Figure, "write_image", lambda self, path, **kw: (_ for _ in ()).throw(RuntimeError("always")))
+    with pytest.raises(RuntimeError, match="always"), pytest.warns(UserWarning):
+        plots._write_png(go.Figure(), tmp_path / "b.png")

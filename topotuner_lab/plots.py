@@ -181,6 +181,19 @@ def chromium_path() -> str | None:
     return None
 
 
+def _write_png(fig: go.Figure, path: Path, attempts: int = 3) -> None:
+    """kaleido's PNG export, retried: on a busy machine its Chromium tab can be asked to render before
+    the tab's own script has loaded (``ReferenceError: kaleido_scopes is not defined``)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            fig.write_image(str(path), format="png", width=1000, height=fig.layout.height or 500)
+            return
+        except Exception as exc:  # kaleido raises its own JavascriptError / ChromeError classes
+            if attempt == attempts:
+                raise
+            warnings.warn(f"PNG export failed ({exc.__class__.__name__}), retrying ({attempt}/{attempts})", stacklevel=2)
+
+
 def save_figure(fig: go.Figure, stem: str | os.PathLike[str], png: bool = True) -> list[Path]:
     """Write ``stem.html`` (plotly.js inlined: works offline) and, with a local Chromium, ``stem.png``.
 
@@ -198,6 +211,6 @@ def save_figure(fig: go.Figure, stem: str | os.PathLike[str], png: bool = True) 
         else:
             os.environ.setdefault("BROWSER_PATH", browser)
             with atomic_path(stem.with_suffix(".png")) as tmp:
-                fig.write_image(str(tmp), format="png", width=1000, height=fig.layout.height or 500)
+                _write_png(fig, tmp)
             written.append(stem.with_suffix(".png"))
     return written
