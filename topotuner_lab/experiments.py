@@ -147,6 +147,11 @@ def run_comparison(preset: Preset, out_dir: str | Path, log: Any = print) -> pd.
     identity = ModelIdentity.from_snapshot(pre, sum(p.numel() for p in loaded.model.parameters()))
     atomic.write_json(out / "preset.json", asdict(preset))
     cards = {prior: _cards_for_prior(preset, loaded, pre, identity, prior, out, log) for prior in preset.prior_tasks}
+    for name in preset.other_models:  # drift only, before the long grid
+        other, folder = load_model(name), out / "models" / name
+        for prior in preset.prior_tasks:
+            _prior_drift(preset, other, _pretrained(other, folder), prior, folder, log)
+        del other
     rows: list[dict[str, Any]] = []
     for seed in preset.seeds:
         for prior in preset.prior_tasks:
@@ -158,11 +163,6 @@ def run_comparison(preset: Preset, out_dir: str | Path, log: Any = print) -> pd.
                         cfg = replace(cfg, output_dir=str(out / "runs" / f"prior-{prior}" / tag / name.replace(":", "-").replace("@", "-")))
                         rows.append(_summary(prior, target, seed, stop, name, _run(loaded, cfg, log)))
                         save_table(pd.DataFrame(rows), out / "results.csv")  # partial table after every run
-    for name in preset.other_models:
-        other, folder = load_model(name), out / "models" / name
-        for prior in preset.prior_tasks:
-            _prior_drift(preset, other, _pretrained(other, folder), prior, folder, log)
-        del other
     results = pd.DataFrame(rows)
     save_table(results, out / "results.csv")
     atomic.write_text(out / "results.md", markdown_table(results) + "\n")

