@@ -152,8 +152,9 @@ def card_comparison(comparison: CardComparison, title: str = "Two profile cards 
     for label, color in zip(comparison.labels, COLORS[:2]):
         fig.add_trace(go.Bar(x=list(comparison.kind_share.index), y=comparison.kind_share[label], name=label, marker_color=color, showlegend=False,
                              hovertemplate=f"{label}<br>%{{x}}: %{{y:.1%}}<extra></extra>"), row=1, col=2)
-    fig.update_xaxes(categoryorder="array", categoryarray=list(KINDS))
-    fig.update_yaxes(title_text="layer", row=1, col=1)
+    top = max((parse_pid(pid)[0] for pid in comparison.both + comparison.only_a + comparison.only_b), default=0)
+    fig.update_xaxes(categoryorder="array", categoryarray=list(KINDS), range=[-0.5, len(KINDS) - 0.5])
+    fig.update_yaxes(title_text="layer", dtick=1 if top <= 12 else 5, range=[-0.5, top + 0.5], row=1, col=1)
     fig.update_yaxes(tickformat=".0%", range=[0, 1], row=1, col=2)
     fig.update_layout(title=title, template="plotly_white", barmode="group")
     return fig
