@@ -19,3 +19,14 @@ def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
     assert main(["reproduce", "--preset", "tiny", "-o", str(out)]) == 0
     assert capsys.readouterr().out.count("skip (done)") == 8
     pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), results)
+
+
+def test_drift_against_the_learning_rate_schedule():
+    from topotuner_lab.experiments import drift_minus_lr_ratio
+
+    schedule = [1.0, 9 / 11, 7 / 11, 5 / 11, 3 / 11, 1 / 11]  # linear decay over 6 epochs, per-epoch mean rate over the first's
+    res = {"config": {"lr_scheduler": "linear", "epochs": 6}, "drift_history": [{"epoch": k, "normalized": r} for k, r in enumerate(schedule, 1)]}
+    assert abs(drift_minus_lr_ratio(res)) < 1e-12
+    res["drift_history"] = [{"epoch": k, "normalized": r - 0.2} for k, r in enumerate(schedule, 1)]
+    assert abs(drift_minus_lr_ratio(res) + 0.2) < 1e-12
+    assert drift_minus_lr_ratio({**res, "config": {"lr_scheduler": "constant", "epochs": 6}}) is None

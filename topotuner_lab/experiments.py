@@ -169,6 +169,20 @@ def run_comparison(preset: Preset, out_dir: str | Path, log: Any = print) -> pd.
     return results
 
 
+def drift_minus_lr_ratio(res: dict[str, Any]) -> float | None:
+    """Mean over epochs 2.. of (normalized epoch drift - the epoch's mean learning rate over the first epoch's).
+
+    Under a linear decay over E epochs that ratio is (E - k + 0.5) / (E - 0.5) for epoch k; a value near 0
+    says the drift only followed the schedule, a negative one that the weights settled faster than it.
+    """
+    history, cfg = res.get("drift_history") or [], res.get("config", {})
+    epochs = cfg.get("epochs")
+    if cfg.get("lr_scheduler") != "linear" or len(history) < 2 or not epochs:
+        return None
+    gaps = [h["normalized"] - (epochs - h["epoch"] + 0.5) / (epochs - 0.5) for h in history[1:]]
+    return sum(gaps) / len(gaps)
+
+
 def _summary(prior: str, target: str, seed: int, stop: bool, name: str, res: dict[str, Any]) -> dict[str, Any]:
     epoch_acc = res.get("epoch_test_accuracy") or []
     stop_epoch = res.get("stop_epoch")
@@ -182,5 +196,6 @@ def _summary(prior: str, target: str, seed: int, stop: bool, name: str, res: dic
         "acc_at_stop": epoch_acc[stop_epoch - 1] if stop_epoch and len(epoch_acc) >= stop_epoch else None,
         "train_sec_to_stop": sum(res["epoch_seconds"][:stop_epoch]) + sum(topo_sec[:stop_epoch]) if stop_epoch else None,
         "topo_sec_per_epoch": sum(topo_sec) / len(topo_sec) if topo_sec else None,
+        "drift_minus_lr_ratio": drift_minus_lr_ratio(res),
         "sec_per_epoch": res["seconds_per_epoch"], "train_sec": res["train_seconds"], "peak_mem_mib": res["peak_memory_mib"],
     }

@@ -87,6 +87,12 @@ def claim_checks(results: pd.DataFrame) -> list[str]:
         lines.append(f"- {CLAIMS[3]}: stop epochs (of {budget}) {stops.value_counts().sort_index().to_dict()}; median {stops.median():g}. Where it stopped early "
                      f"({len(early)} of {len(stopped)} runs) it used {time_share:.0%} of the full budget's training time (drift computation included) and "
                      f"the full budget would have added {acc_cost:+.3f} test accuracy on average -> {held(stops.median() <= budget / 2)} (median stop in the first half)")
+        if "drift_minus_lr_ratio" in results and results["drift_minus_lr_ratio"].notna().any():
+            gap = results.groupby(results["run"].str.split(":|@", regex=True).str[0])["drift_minus_lr_ratio"].median()
+            lines.append("  - what the rule measures here: normalized epoch drift minus the epoch's learning rate relative to the first epoch's "
+                         "(linear decay), median per method: " + ", ".join(f"{k} {v:+.2f}" for k, v in gap.items()) + ". Near 0, the drift only "
+                         "tracked the schedule, so with a linear decay the rule fires where the rate has fallen below the threshold; clearly "
+                         "negative, the weights settled faster than the rate fell.")
     lines.append(f"- {CLAIMS[4]}: out-of-domain accuracy drop of full FT minus that of the best profile = {', '.join(f'{d:+.3f}' for d in less_forget)} -> {held(median(less_forget) > 0)}")
     lines.append(f"- not a paper claim, but the point of ranking by topology: best high/low-drift minus best random/magnitude control = "
                  f"{', '.join(f'{d:+.3f}' for d in topo_vs_control)} -> topology {'beat' if median(topo_vs_control) > 0 else 'did not beat'} the controls (median {median(topo_vs_control):+.3f})")
