@@ -1,6 +1,7 @@
 import pandas as pd
 
 from topotuner_lab.cli import main
+from topotuner_lab.report import write_report
 
 
 def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
@@ -19,6 +20,9 @@ def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
     assert main(["reproduce", "--preset", "tiny", "-o", str(out)]) == 0
     assert capsys.readouterr().out.count("skip (done)") == 8
     pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), results)
+    # a report of an interrupted comparison says how much is missing
+    results.iloc[:4].to_csv(out / "results.csv", index=False)
+    assert "**Partial run**: 4 of the 6 planned" in write_report(out, out / "PARTIAL.md", "test").read_text()
 
 
 def test_drift_against_the_learning_rate_schedule():

@@ -150,7 +150,7 @@ def noise_floor_section(out: Path, prior: str, table: pd.DataFrame) -> str:
             "matrix's std also leaves the grid; the real drift over that noise floor:\n\n" + ratio.to_markdown(floatfmt=".3g") + "\n")
 
 
-def setup_section(out: Path) -> str:
+def setup_section(out: Path, runs: int) -> str:
     """What was run, from the preset the comparison recorded."""
     path = out / "preset.json"
     if not path.is_file():
@@ -170,6 +170,12 @@ def setup_section(out: Path) -> str:
     ]
     if preset.get("other_models"):
         lines.append(f"Drift only (own prior fine-tunes, no transfer grid): {', '.join(preset['other_models'])}.")
+    per_setting = ("full" in preset["baselines"]) + len(preset["budgets"]) * (len(preset["strategies"]) + ("lora" in preset["baselines"]))
+    settings = sum(t != p for p in preset["prior_tasks"] for t in preset["target_tasks"])
+    planned = len(preset["seeds"]) * settings * len(preset["early_stopping"]) * per_setting
+    if runs < planned:
+        lines.append(f"**Partial run**: {runs} of the {planned} planned fine-tunes are done (seeds are the outer loop, so earlier seeds are complete); "
+                     "rerunning the command resumes the rest.")
     return "\n## Setup\n\n" + "".join(f"- {line}\n" for line in lines)
 
 
@@ -180,7 +186,7 @@ def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
     figures = target.parent / "figures"
     parts = [f"# Results: the paper's comparison in miniature\n\nProduced by `{command}` on {datetime.now(timezone.utc):%Y-%m-%d} "
              "(2 CPU cores, no GPU). Every number below comes from that run's `results.csv`; nothing is typed in by hand.\n"]
-    parts.append(setup_section(out))
+    parts.append(setup_section(out, len(results)))
     parts.append("\n## Claims, checked against these numbers\n\n" + "\n".join(claim_checks(results)) + "\n")
     parts.append("\n## Mean and spread over seeds\n\n`test_acc_std` is the standard deviation over seeds (empty with one seed); `ood_drop_mean` = out-of-domain "
                  "accuracy before minus after (forgetting).\n\n" + markdown_table(spread_table(results)) + "\n")
