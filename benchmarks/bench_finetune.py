@@ -37,8 +37,8 @@ def cards(tmp: Path) -> dict[str, Path]:
 
     loaded = load_model()
     pre = extract_snapshot(loaded)
-    real = ROOT / "runs" / "reproduce-compare" / "drift-sst2.parquet"
-    table = load_table(real) if real.is_file() else drift_table(pre, perturb_snapshot(pre, 1e-3), cache=DriftCache(None))
+    real = [path for path in (ROOT / "runs" / run / "drift-sst2.parquet" for run in ("reproduce-cpu-small", "reproduce-compare")) if path.is_file()]
+    table = load_table(real[0]) if real else drift_table(pre, perturb_snapshot(pre, 1e-3), cache=DriftCache(None))
     identity = ModelIdentity.from_snapshot(pre, sum(p.numel() for p in loaded.model.parameters()))
     out = {}
     for name, strategy, budget in (("profile 1% high-drift", "high-drift", 0.01), ("profile 2% high-drift", "high-drift", 0.02), ("profile 1% low-drift", "low-drift", 0.01)):
