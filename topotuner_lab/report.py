@@ -136,13 +136,16 @@ def model_family_section(kinds: dict[tuple[str, str], pd.Series]) -> str:
             + "; ".join(f"{model}: {', '.join(top)}" for model, top in tops.items()) + ".\n\n" + table.reset_index().to_markdown(index=False, floatfmt=".4g") + "\n")
 
 
-def noise_floor_section(out: Path, prior: str, table: pd.DataFrame) -> str:
-    """Real drift beside the drift of a tiny random perturbation (the Q4_1 grid effect)."""
-    pre_path, post_path = out / "pretrained.safetensors", out / f"prior-{prior}" / "after.safetensors"
-    if not (pre_path.is_file() and post_path.is_file()):
+def noise_drift(pre: Snapshot) -> pd.DataFrame:
+    """Drift of a tiny random perturbation (std 1e-3 x each matrix's std) of the pretrained weights: the noise floor."""
+    return drift_table(pre, perturb_snapshot(pre, 1e-3), DriftSettings(orders=(1.0,), bottleneck=False))
+
+
+def noise_floor_section(pre: Snapshot, post_path: Path, table: pd.DataFrame, noise: pd.DataFrame) -> str:
+    """Real drift beside the noise floor (the 4-bit grid effect); empty without the fine-tuned snapshot."""
+    if not post_path.is_file():
         return ""
-    pre, post = load_snapshot(pre_path), load_snapshot(post_path)
-    noise = drift_table(pre, perturb_snapshot(pre, 1e-3), DriftSettings(orders=(1.0,), bottleneck=False))
+    post = load_snapshot(post_path)
     cols = ["h0_w1", "h1_w1", "rel_frobenius", "row_cosine_change"]
     ratio = (table[cols].median() / noise[cols].median()).to_frame("median fine-tune drift / median noise drift")
     return (f"\nNoise floor: {100 * grid_share(pre):.1f}% of the pretrained matrices' 32-weight blocks hold at most 16 distinct values (weights dequantized "
@@ -196,9 +199,12 @@ def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
                  + markdown_table(results) + "\n")
     kinds: dict[tuple[str, str], pd.Series] = {}
     for folder in [out, *sorted(p for p in (out / "models").glob("*") if p.is_dir())]:
-        model = load_snapshot(folder / "pretrained.safetensors").model if (folder / "pretrained.safetensors").is_file() else folder.name
+        tables = sorted(folder.glob("drift-*.parquet"))
+        pre = load_snapshot(folder / "pretrained.safetensors") if tables and (folder / "pretrained.safetensors").is_file() else None
+        noise = noise_drift(pre) if pre is not None else None  # one noise floor per model, shared by its prior tasks
+        model = pre.model if pre is not None else folder.name
         tag = "" if folder == out else f"{folder.name}_"
-        for table_path in sorted(folder.glob("drift-*.parquet")):
+        for table_path in tables:
             prior = table_path.stem.removeprefix("drift-")
             table = load_table(table_path)
             by_kind = drift_by_kind(table)
@@ -207,7 +213,8 @@ def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
             ranked = by_kind["h0_w1_per_row"].sort_values(ascending=False)
             parts.append(f"\n## {model}: drift after the {prior} prior fine-tune\n\n![drift heatmaps](figures/results_drift_{tag}{prior}.png)\n\n"
                          f"Mean drift per projection kind (ranked by H0 W1 per row, since W1 sums over a diagram's points: {' > '.join(ranked.index)}):\n\n"
-                         + by_kind.to_markdown(floatfmt=".4g") + "\n" + noise_floor_section(folder, prior, table))
+                         + by_kind.to_markdown(floatfmt=".4g") + "\n"
+                         + (noise_floor_section(pre, folder / f"prior-{prior}" / "after.safetensors", table, noise) if pre is not None else ""))
     if len({model for model, _ in kinds}) > 1:
         parts.append(model_family_section(kinds))
     atomic.write_text(target, "".join(parts))
