@@ -30,6 +30,7 @@ def test_stops_when_drift_falls_below_threshold_and_not_before(tiny_llama):
     assert normalized[0] == 1.0
     assert normalized[1] > 0.3 > normalized[2]
     assert stopped == 3 == cb.stop_epoch
+    assert all(h["seconds"] > 0 for h in cb.history)  # the rule's own cost, counted in a stopped run's time
 
 
 def test_does_not_stop_while_drift_stays_high(tiny_llama):

@@ -34,3 +34,15 @@ def test_drift_against_the_learning_rate_schedule():
     res["drift_history"] = [{"epoch": k, "normalized": r - 0.2} for k, r in enumerate(schedule, 1)]
     assert abs(drift_minus_lr_ratio(res) + 0.2) < 1e-12
     assert drift_minus_lr_ratio({**res, "config": {"lr_scheduler": "constant", "epochs": 6}}) is None
+
+
+def test_time_to_stop_counts_the_stopping_rules_own_cost():
+    from topotuner_lab.experiments import _summary
+
+    res = {"test_accuracy": 0.8, "train_accuracy": 0.9, "train_test_gap": 0.1, "ood_accuracy_before": 0.5, "ood_accuracy_after": 0.4,
+           "perplexity_before": 10.0, "perplexity_after": 11.0, "trainable_fraction": 0.01, "epochs_run": 3, "stop_epoch": 2,
+           "epoch_test_accuracy": [0.6, 0.7, 0.8], "epoch_seconds": [10.0, 10.0, 10.0], "seconds_per_epoch": 10.0, "train_seconds": 30.0,
+           "peak_memory_mib": 1.0, "config": {"lr_scheduler": "linear", "epochs": 3},
+           "drift_history": [{"epoch": k, "normalized": 1.0, "seconds": 0.5} for k in (1, 2, 3)]}
+    row = _summary("sst2", "agnews", 0, True, "full", res)
+    assert row["train_sec_to_stop"] == 21.0 and row["topo_sec_per_epoch"] == 0.5 and row["acc_at_stop"] == 0.7
