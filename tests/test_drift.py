@@ -37,7 +37,8 @@ def test_identical_snapshots_give_zero_drift(tiny_snapshot, cache):
 def test_table_columns_and_positive_drift(tiny_snapshot, cache):
     noisy = perturb_snapshot(tiny_snapshot, 0.05)
     table = drift_table(tiny_snapshot, noisy, n_jobs=1, cache=cache)
-    expected = ["pid", "layer", "kind", "rows", "cols", "h0_w1", "h0_w2", "h0_bottleneck", "n_h0", "h1_w1", "h1_w2", "h1_bottleneck", "n_h1", "rel_frobenius", "rel_spectral", "row_cosine_change"]
+    expected = ["pid", "layer", "kind", "rows", "cols", "h0_w1", "h0_w2", "h0_bottleneck", "n_h0_before", "n_h0_after", "h0_persistence_before",
+                "h1_w1", "h1_w2", "h1_bottleneck", "n_h1_before", "n_h1_after", "h1_persistence_before", "rel_frobenius", "rel_spectral", "row_cosine_change"]
     assert list(table.columns) == expected
     assert list(table.pid) == list(tiny_snapshot.matrices)
     assert (table["h0_w1"] > 0).all() and (table["rel_frobenius"] > 0).all()
@@ -66,19 +67,19 @@ def test_rerun_hits_the_cache(tiny_snapshot, cache, monkeypatch):
 def test_interrupted_run_resumes_with_same_table(tiny_snapshot, cache, monkeypatch):
     noisy = perturb_snapshot(tiny_snapshot, 0.05)
     reference = drift_table(tiny_snapshot, noisy, n_jobs=1, cache=DriftCache(None))
-    real_row = drift_mod.drift_row
+    real_values = drift_mod.pair_values
     done = []
 
     def dying(*args, **kwargs):
         if len(done) == 3:
             raise KeyboardInterrupt
-        done.append(args[0])
-        return real_row(*args, **kwargs)
+        done.append(1)
+        return real_values(*args, **kwargs)
 
-    monkeypatch.setattr(drift_mod, "drift_row", dying)
+    monkeypatch.setattr(drift_mod, "pair_values", dying)
     with pytest.raises(KeyboardInterrupt):
         drift_table(tiny_snapshot, noisy, n_jobs=1, cache=cache)
-    monkeypatch.setattr(drift_mod, "drift_row", real_row)
+    monkeypatch.setattr(drift_mod, "pair_values", real_values)
     calls = _count_diagram_calls(monkeypatch)
     resumed = drift_table(tiny_snapshot, noisy, n_jobs=1, cache=cache)
     assert len(calls) == 2 * (8 - 3)

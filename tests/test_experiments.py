@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pandas as pd
 
 from topotuner_lab.cli import main
@@ -8,21 +10,33 @@ def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
     out = tmp_path / "rep"
     assert main(["reproduce", "--preset", "tiny", "-o", str(out)]) == 0
     results = pd.read_csv(out / "results.csv")
-    assert list(results["run"]) == ["full", "profile:high-drift@0.05", "profile:low-drift@0.05", "profile:random@0.05", "profile:magnitude@0.05", "lora@0.05"]
+    cards = [f"profile:{s}@0.05" for s in ("high-drift", "low-drift", "random", "magnitude")]
+    # seed 0 sweeps two rates per method (and runs each card once more at a constant rate); seed 1 runs each method at the chosen rate
+    seed0, seed1 = results[results.seed == 0], results[results.seed == 1]
+    assert list(dict.fromkeys(seed0["run"])) == ["full", *[r for c in cards for r in (c, c + "+constant")], "lora@0.05"]
+    assert len(seed0) == 2 + 4 * 3 + 2 and len(seed1) == 1 + 4 * 2 + 1 and len(results) == 26
+    sweep = seed0[~seed0["run"].str.contains("constant")]
+    assert (sweep.groupby("run")["selected"].sum() == 1).all()  # one chosen rate per method ...
+    chosen = sweep[sweep["selected"]].set_index("run")
+    assert (chosen["val_acc"] == sweep.groupby("run")["val_acc"].max().loc[chosen.index]).all()  # ... the best on validation
+    again = seed1[~seed1["run"].str.contains("constant")].set_index("run")
+    assert again["selected"].all() and (again["lr"] == chosen["lr"].loc[again.index]).all()
     assert (results.loc[results.run != "full", "trainable_pct"] < 6).all()
     report = (out / "RESULTS.md").read_text()
-    assert "## Claims, checked against these numbers" in report and "beats LoRA" in report
+    assert "## Claims, checked against these numbers" in report and "beats LoRA" in report and "[95% CI]" in report
+    assert "## Learning rates, chosen on validation data" in report and "## Early stopping apart from the schedule" in report
+    assert all(f"| {norm}" in report for norm in ("raw", "per-point (used)", "relative", "noise-z"))
     assert (out / "figures" / "results_drift_sst2.html").is_file()
     # the second model gets its own prior fine-tune and drift table, compared by projection kind
     assert (out / "models" / "tiny-qwen2" / "drift-sst2.parquet").is_file() and (out / "figures" / "results_drift_tiny-qwen2_sst2.html").is_file()
     assert "## Is the drift profile model-dependent?" in report and "tiny-qwen2" in report
     # a rerun resumes: every run is skipped, the table is the same
     assert main(["reproduce", "--preset", "tiny", "-o", str(out)]) == 0
-    assert capsys.readouterr().out.count("skip (done)") == 8
+    assert capsys.readouterr().out.count("skip (done)") == 26 + 2  # every run and both prior fine-tunes
     pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), results)
     # a report of an interrupted comparison says how much is missing
     results.iloc[:4].to_csv(out / "results.csv", index=False)
-    assert "**Partial run**: 4 of the 6 planned" in write_report(out, out / "PARTIAL.md", "test").read_text()
+    assert "**Partial run**: 4 of the 26 planned" in write_report(out, out / "PARTIAL.md", "test").read_text()
 
 
 def test_drift_against_the_learning_rate_schedule():
@@ -44,5 +58,5 @@ def test_time_to_stop_counts_the_stopping_rules_own_cost():
            "epoch_test_accuracy": [0.6, 0.7, 0.8], "epoch_seconds": [10.0, 10.0, 10.0], "seconds_per_epoch": 10.0, "train_seconds": 30.0,
            "peak_memory_mib": 1.0, "config": {"lr_scheduler": "linear", "epochs": 3},
            "drift_history": [{"epoch": k, "normalized": 1.0, "seconds": 0.5} for k in (1, 2, 3)]}
-    row = _summary("sst2", "agnews", 0, True, "full", res)
+    row = _summary("sst2", "agnews", 0, "full", {**res, "learning_rate": 1e-4}, True, Path("runs/x"))
     assert row["train_sec_to_stop"] == 21.0 and row["topo_sec_per_epoch"] == 0.5 and row["acc_at_stop"] == 0.7

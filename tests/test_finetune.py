@@ -36,10 +36,13 @@ def test_full_finetune_writes_results_and_snapshot(tiny_llama, tmp_path):
 
 def test_profile_finetune_trains_only_the_card(tiny_llama, card_path, tmp_path):
     pre = extract_snapshot(tiny_llama)
+    card_bytes = card_path.read_bytes()
     res = run_finetune(tiny_llama, FinetuneConfig(method="profile", profile=str(card_path), task="agnews", output_dir=str(tmp_path / "p"), epochs=1, save_snapshot=True, **TINY))
     card = json.loads(card_path.read_text())
     assert res["trainable_params"] == card["trainable_params"]
-    assert card["transferred_to"] == ["agnews"]
+    # the input card is never rewritten (two runs on one card must not race); the transfer is in the results
+    assert card_path.read_bytes() == card_bytes
+    assert res["transferred_to"] == {"card": str(card_path), "prior_task": "sst2", "task": "agnews"}
     after = load_snapshot(res["snapshot"])
     changed = {pid for pid in pre.matrices if not (pre.matrices[pid] == after.matrices[pid]).all()}
     assert changed == set(card["trainable"])
@@ -55,9 +58,9 @@ def test_lora_rank_matches_profile_budget(tiny_llama, card_path, tmp_path):
 
 def test_run_resumes_from_its_checkpoint(tiny_llama, tmp_path):
     out = tmp_path / "r"
-    cfg = FinetuneConfig(method="full", task="sst2", output_dir=str(out), epochs=1, **TINY)
+    cfg = FinetuneConfig(method="full", task="sst2", output_dir=str(out), epochs=1, keep_checkpoints=True, **TINY)
     run_finetune(tiny_llama, cfg)
-    assert list(out.glob("checkpoint-*"))
+    assert len(list(out.glob("checkpoint-*"))) == 1
     more = run_finetune(tiny_llama, FinetuneConfig(**{**cfg.__dict__, "epochs": 2, "eval_each_epoch": True}))
     assert more["resumed_from"].endswith("checkpoint-2")  # only the missing epoch ran ...
     assert more["epochs_run"] == 2 and len(more["epoch_seconds"]) == 2  # ... and the first one's time came back with the checkpoint
@@ -73,6 +76,13 @@ def test_run_resumes_from_its_checkpoint(tiny_llama, tmp_path):
     ({"n_train": "10"}, "n_train='10'"),
     ({"stop_threshold": "card"}, "needs a profile card to read it from"),
     ({"stop_threshold": "soon", "method": "profile", "profile": "c.json"}, "neither a number nor 'card'"),
+    ({"stop_threshold": 1.5}, "not in \\(0, 1\\)"),
+    ({"lora_rank": "abc", "method": "lora"}, "neither a positive integer nor 'match'"),
+    ({"lora_rank": 0}, "neither a positive integer"),
+    ({"learning_rate": -1.0}, "not a number in"),
+    ({"lr_scheduler": "cyclic"}, "unknown lr_scheduler"),
+    ({"seed": -1}, "non-negative"),
+    ({"data_source": "no/such/folder"}, "neither 'hub' nor a data folder"),
 ])
 def test_config_errors(kwargs, message):
     with pytest.raises(Exception, match=message):

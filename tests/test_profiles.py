@@ -6,7 +6,8 @@ import torch
 from topotuner_lab.drift import DriftCache, drift_table
 from topotuner_lab.errors import InputFileError, ProfileError
 from topotuner_lab.models import build_tiny_model
-from topotuner_lab.profiles import ModelIdentity, ProfileCard, apply_profile, build_profile, trainable_parameter_count
+from topotuner_lab.profiles import ModelIdentity, ProfileCard, apply_profile, build_profile
+from topotuner_lab.projections import count_parameters
 from topotuner_lab.snapshot import extract_snapshot, perturb_snapshot
 
 
@@ -62,7 +63,9 @@ def test_controls_magnitude_and_random(setup):
         ({"count": 0}, "outside 1..8"),
         ({"count": 2, "fraction": 0.1}, "exactly one"),
         ({"count": 2, "strategy": "middle"}, "unknown strategy"),
-        ({"count": 2, "metric": "h3_w1"}, "no column 'h3_w1'"),
+        ({"count": 2, "metric": "h3_w1"}, "no measure column 'h3_w1'"),
+        ({"count": 2, "metric": "pid"}, "no measure column 'pid'"),
+        ({"count": 2, "metric": "n_h0_before"}, "no measure column"),
     ],
 )
 def test_bad_budgets_and_options(setup, kwargs, message):
@@ -95,11 +98,13 @@ def test_card_validation_errors(setup, tmp_path):
         ProfileCard.from_dict({**data, "schema_version": 99})
     with pytest.raises(ProfileError, match="lacks field"):
         ProfileCard.from_dict({k: v for k, v in data.items() if k != "trainable"})
-    with pytest.raises(ProfileError, match="unknown or doubly listed"):
+    with pytest.raises(ProfileError, match=r"ids \['L7.q'\] that the model does not have"):
         ProfileCard.from_dict({**data, "trainable": ["L7.q"]})
+    with pytest.raises(ProfileError, match=r"ids \['L0.q'\] more than once"):
+        ProfileCard.from_dict({**data, "trainable": [*data["trainable"], "L0.q"], "frozen": data["frozen"]})
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(ProfileError, match="not valid JSON"):
+    with pytest.raises(ProfileError, match="not valid UTF-8 JSON"):
         ProfileCard.load(bad)
     with pytest.raises(InputFileError, match="does not exist"):
         ProfileCard.load(tmp_path / "missing.json")
@@ -112,7 +117,7 @@ def test_exactly_the_listed_projections_train(setup):
     names = apply_profile(model, card)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable == set(names) and len(names) == 3
-    assert trainable_parameter_count(model) == card.trainable_params
+    assert count_parameters(model, trainable_only=True) == card.trainable_params
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2, weight_decay=0.0)
     ids = torch.randint(0, 256, (2, 12))

@@ -1,6 +1,8 @@
 """Atomic file writes: write to a temporary file beside the target, then rename.
 
 A crash or Ctrl-C mid-write leaves either the old file or the new one, never a torn file.
+Files get the permissions a plain ``open()`` would give them (``0o666`` less the umask), not the
+``0o600`` of the temporary file.
 """
 
 from __future__ import annotations
@@ -13,6 +15,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -29,6 +37,7 @@ def atomic_path(target: str | os.PathLike[str], *, is_dir: bool = False) -> Iter
         tmp = Path(name)
     try:
         yield tmp
+        os.chmod(tmp, (0o777 if is_dir else 0o666) & ~_umask())
         if is_dir and target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)

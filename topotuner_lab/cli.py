@@ -1,21 +1,36 @@
-"""``topotuner-lab`` command line: extract snapshots, compute drift tables, and more."""
+"""``topotuner-lab`` command line: extract snapshots, compute drift tables, build cards, fine-tune, reproduce.
+
+Every command checks its options and where it writes before it computes anything, never writes over
+one of its inputs, and reports a user error as one line (what is wrong, how to fix it) without a
+traceback. Ctrl-C and SIGTERM stop cleanly: finished work is kept and a rerun resumes.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
-from .errors import TopoTunerError
+from .errors import ParameterError, TopoTunerError
+from .outputs import check_output_dir, check_writable, refuse_overwrite
+
+SNAPSHOT_SUFFIX = (".safetensors",)
 
 
 def _cmd_extract(args: argparse.Namespace) -> None:
     from .models import load_model
     from .snapshot import extract_snapshot, save_snapshot
 
-    loaded = load_model(args.model)
-    snap = extract_snapshot(loaded, base_model=args.base_model)
+    check_writable(args.output, "output snapshot", suffixes=SNAPSHOT_SUFFIX)
+    refuse_overwrite({"model": args.model if args.model and Path(args.model).exists() else None}, {"output snapshot": args.output})
+    print(f"loading {args.model or 'the embedded default model'} ...", file=sys.stderr)
+    snap = extract_snapshot(load_model(args.model), base_model=args.base_model)
     save_snapshot(snap, args.output)
     print(f"wrote {args.output}: {len(snap.matrices)} projections of {snap.model} (weights {snap.weights_hash[:12]})")
 
@@ -23,37 +38,67 @@ def _cmd_extract(args: argparse.Namespace) -> None:
 def _cmd_perturb(args: argparse.Namespace) -> None:
     from .snapshot import load_snapshot, perturb_snapshot, save_snapshot
 
+    check_writable(args.output, "output snapshot", suffixes=SNAPSHOT_SUFFIX)
+    refuse_overwrite({"input snapshot": args.snapshot}, {"output snapshot": args.output})
     snap = perturb_snapshot(load_snapshot(args.snapshot), args.scale, args.seed)
     save_snapshot(snap, args.output)
     print(f"wrote {args.output}: {snap.note}")
 
 
 def _cmd_drift(args: argparse.Namespace) -> None:
-    from .drift import DriftCache, DriftSettings, drift_table, save_table
+    from .drift import TABLE_SUFFIXES, DriftCache, DriftSettings, check_jobs, drift_table, save_table
     from .snapshot import load_snapshot
 
+    check_writable(args.output, "output table", suffixes=TABLE_SUFFIXES)
+    refuse_overwrite({"first snapshot": args.before, "second snapshot": args.after}, {"output table": args.output})
     settings = DriftSettings(maxdim=args.maxdim, metric=args.metric, orders=tuple(args.p), solver=args.solver, n_perm=args.n_perm, seed=args.seed)
+    jobs = check_jobs(args.jobs)
     cache = DriftCache(None) if args.no_cache else DriftCache(args.cache) if args.cache else DriftCache()
+    cache.check_writable()
     start = time.perf_counter()
-    table = drift_table(load_snapshot(args.before), load_snapshot(args.after), settings, n_jobs=args.jobs, cache=cache, progress=True, allow_other_base=args.allow_other_base)
+    table = drift_table(load_snapshot(args.before), load_snapshot(args.after), settings, n_jobs=jobs, cache=cache, progress=True,
+                        allow_other_base=args.allow_other_base)
     save_table(table, args.output)
     print(f"wrote {args.output}: {len(table)} projections in {time.perf_counter() - start:.1f} s")
 
 
+def _total_params(args: argparse.Namespace, pretrained: Any) -> int | None:
+    """The model's parameter count: --total-params, else counted from --model (checked to be the snapshot's
+    model), else None (the count the snapshot records)."""
+    if args.total_params is not None:
+        return args.total_params
+    if args.model is None:
+        return None
+    from .models import load_model
+    from .projections import count_parameters
+    from .snapshot import extract_snapshot
+
+    loaded = load_model(args.model)
+    if extract_snapshot(loaded).weights_hash != pretrained.weights_hash:
+        raise ParameterError(f"--model {args.model} is not the model of the pretrained snapshot {args.pretrained}",
+                             "pass the pretrained model the snapshot was extracted from, or omit --model to use the count the snapshot records")
+    return count_parameters(loaded.model)
+
+
 def _cmd_profile(args: argparse.Namespace) -> None:
     from .drift import load_table
+    from .noise import noise_check
     from .profiles import ModelIdentity, build_profile
     from .snapshot import load_snapshot
 
-    if args.total_params is None:
-        from .models import load_model
-
-        total = sum(p.numel() for p in load_model(args.model).model.parameters())
-    else:
-        total = args.total_params
-    identity = ModelIdentity.from_snapshot(load_snapshot(args.pretrained), total)
-    card = build_profile(load_table(args.table), identity, prior_task=args.prior_task, strategy=args.strategy, metric=args.metric,
-                         count=args.count, fraction=None if args.budget is None else args.budget / 100, seed=args.seed, stop_threshold=args.stop_threshold)
+    output = check_writable(args.output, "card", suffixes=(".json",))
+    outputs = {"card": output, "card's Markdown view": output.with_suffix(".md"), "Spectrum YAML": args.spectrum}
+    refuse_overwrite({"drift table": args.table, "pretrained snapshot": args.pretrained, "noise table": args.noise_table}, outputs)
+    if args.spectrum:
+        check_writable(args.spectrum, "Spectrum YAML", suffixes=(".yaml", ".yml"))
+    table, pretrained = load_table(args.table), load_snapshot(args.pretrained)
+    identity = ModelIdentity.from_snapshot(pretrained, _total_params(args, pretrained))
+    noise = [load_table(path) for path in args.noise_table or []]
+    card = build_profile(table, identity, prior_task=args.prior_task, strategy=args.strategy, metric=args.metric, count=args.count,
+                         fraction=None if args.budget is None else args.budget / 100, seed=args.seed, stop_threshold=args.stop_threshold,
+                         normalization=args.normalization, noise=noise)
+    if noise:
+        print(noise_check(table, noise, card.metric).message, file=sys.stderr)
     card.save(args.output)
     if args.spectrum:
         from . import atomic
@@ -66,24 +111,24 @@ def _cmd_finetune(args: argparse.Namespace) -> None:
     from .finetune import FinetuneConfig, run_finetune
     from .models import load_model
 
-    cfg = FinetuneConfig(method=args.method, task=args.task, output_dir=args.output, profile=args.profile,
-                         lora_rank=args.lora_rank if args.lora_rank == "match" else int(args.lora_rank), epochs=args.epochs,
-                         n_train=args.n_train, n_test=args.n_test, batch_size=args.batch_size, max_length=args.max_length,
-                         learning_rate=args.lr, seed=args.seed, data_seed=args.data_seed, stop_threshold=args.stop_threshold,
-                         observe_only=args.observe_only, eval_each_epoch=args.eval_each_epoch, save_snapshot=args.save_snapshot,
-                         data_source=args.data_source)
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneConfig)}
+    cfg = FinetuneConfig(**values)
+    check_output_dir(cfg.output_dir, "run folder")
+    refuse_overwrite({"profile card": cfg.profile}, {"run folder": cfg.output_dir})
     res = run_finetune(load_model(args.model), cfg)
     print(f"{cfg.method} on {cfg.task}: test accuracy {res['test_accuracy']:.3f}, {res['epochs_run']} epoch(s), "
-          f"{res['seconds_per_epoch']:.1f} s/epoch; results in {args.output}/results.json")
+          f"{res['seconds_per_epoch']:.1f} s/epoch; results in {cfg.output_dir}/results.json")
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> None:
     from .experiments import get_preset, run_comparison
-
     from .report import write_report
 
-    results = run_comparison(get_preset(args.preset), args.output)
+    preset = get_preset(args.preset)
+    check_output_dir(args.output, "output folder")
     report = args.report or ("docs/RESULTS.md" if args.preset == "cpu-small" else f"{args.output}/RESULTS.md")
+    check_writable(report, "report", suffixes=(".md",))
+    results = run_comparison(preset, args.output)
     write_report(args.output, report, f"topotuner-lab reproduce --preset {args.preset}")
     print(f"wrote {args.output}/results.csv ({len(results)} runs) and {report}")
 
@@ -91,8 +136,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
 def _cmd_run_notebooks(args: argparse.Namespace) -> None:
     from .notebooks import run_notebooks
 
-    overrides = dict(args.param or [])
-    executed = run_notebooks(args.profile, args.output, overrides)
+    check_output_dir(args.output, "output folder")
+    executed = run_notebooks(args.profile, args.output, dict(args.param or []))
     print(f"executed {len(executed)} notebooks into {args.output}/executed; figures in {args.output}/figures")
 
 
@@ -106,104 +151,160 @@ def _threshold(text: str) -> float | str:
         raise argparse.ArgumentTypeError(f"{text!r} is neither a number nor 'card'") from None
 
 
+def _rank(text: str) -> int | str:
+    """A LoRA rank on the command line: a positive integer, or 'match'."""
+    if text == "match":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither an integer nor 'match'") from None
+
+
+def _flag(name: str) -> list[str]:
+    return ["--" + name.replace("_", "-")]
+
+
+#: CLI spellings kept from earlier versions, and option types that are not the field default's type
+_FINETUNE_ALIASES = {"output_dir": ["-o", "--output", "--output-dir"], "learning_rate": ["--lr", "--learning-rate"]}
+_FINETUNE_TYPES: dict[str, Callable[[str], Any]] = {"lora_rank": _rank, "stop_threshold": _threshold, "learning_rate": float}
+
+
+def add_config_options(parser: argparse.ArgumentParser, config: type) -> None:
+    """One option per dataclass field of ``config``: default, choices and help from the field itself."""
+    for f in dataclasses.fields(config):
+        flags = _FINETUNE_ALIASES.get(f.name, _flag(f.name))
+        help_text = f.metadata.get("help", "")
+        if f.default is False:
+            parser.add_argument(*flags, dest=f.name, action="store_true", help=help_text)
+        elif f.default is True:
+            parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=True, help=help_text)
+        else:
+            kind = _FINETUNE_TYPES.get(f.name) or (type(f.default) if f.default is not None else str)
+            parser.add_argument(*flags, dest=f.name, type=kind, default=f.default, choices=f.metadata.get("choices"),
+                                help=f"{help_text} (default: %(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="topotuner-lab", description=__doc__)
+    from .distances import SOLVERS
+    from .finetune import FinetuneConfig
+    from .notebooks import PROFILES
+    from .persistence import METRICS
+    from .profiles import NORMALIZATIONS, STRATEGIES
+
+    parser = argparse.ArgumentParser(prog="topotuner-lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     ext = sub.add_parser("extract", help="save a model's attention matrices as a snapshot")
     ext.add_argument("model", nargs="?", default=None, help="model folder, .gguf file, hub id or tiny-* (default: embedded SmolLM2-135M)")
-    ext.add_argument("-o", "--output", required=True)
+    ext.add_argument("-o", "--output", required=True, help="snapshot file to write (.safetensors)")
     ext.add_argument("--base-model", default=None, help="the pretrained model this one was fine-tuned from")
     ext.set_defaults(func=_cmd_extract)
 
     per = sub.add_parser("perturb", help="add tiny Gaussian noise to a snapshot (drift noise floor)")
-    per.add_argument("snapshot")
-    per.add_argument("-o", "--output", required=True)
-    per.add_argument("--scale", type=float, default=1e-3, help="noise std as a fraction of each matrix's std")
-    per.add_argument("--seed", type=int, default=0)
+    per.add_argument("snapshot", help="snapshot to perturb (not changed)")
+    per.add_argument("-o", "--output", required=True, help="perturbed snapshot to write (.safetensors)")
+    per.add_argument("--scale", type=float, default=1e-3, help="noise std as a fraction of each matrix's std (default: %(default)s)")
+    per.add_argument("--seed", type=int, default=0, help="noise seed, >= 0 (default: %(default)s)")
     per.set_defaults(func=_cmd_perturb)
 
     dr = sub.add_parser("drift", help="drift table between two snapshots")
-    dr.add_argument("before")
-    dr.add_argument("after")
-    dr.add_argument("-o", "--output", required=True, help=".parquet or .csv")
-    dr.add_argument("--maxdim", type=int, default=1, choices=[0, 1])
-    dr.add_argument("--metric", default="euclidean", choices=["euclidean", "cosine"])
-    dr.add_argument("-p", type=float, nargs="+", default=[1.0, 2.0], help="Wasserstein orders")
-    dr.add_argument("--solver", default="auto", choices=["auto", "pot", "hera"])
-    dr.add_argument("--n-perm", type=int, default=None, help="greedy subsample size for H1")
-    dr.add_argument("--seed", type=int, default=0)
-    dr.add_argument("-j", "--jobs", type=int, default=2)
+    dr.add_argument("before", help="pretrained snapshot")
+    dr.add_argument("after", help="fine-tuned snapshot of the same model")
+    dr.add_argument("-o", "--output", required=True, help="table to write: .parquet or .csv")
+    dr.add_argument("--maxdim", type=int, default=1, choices=[0, 1], help="highest homology dimension (default: %(default)s)")
+    dr.add_argument("--metric", default="euclidean", choices=METRICS, help="distance between rows (default: %(default)s)")
+    dr.add_argument("-p", type=float, nargs="+", default=[1.0, 2.0], help="Wasserstein orders, each >= 1 (default: 1 2)")
+    dr.add_argument("--solver", default="auto", choices=SOLVERS, help="Wasserstein solver (default: %(default)s)")
+    dr.add_argument("--n-perm", type=int, default=None, help="greedy subsample size for H1 (approximate; default: all rows)")
+    dr.add_argument("--seed", type=int, default=0, help="start point of the greedy subsample (default: %(default)s)")
+    dr.add_argument("-j", "--jobs", type=int, default=2, help="worker processes, capped at the core count (default: %(default)s)")
     dr.add_argument("--cache", default=None, help="cache folder (default: ~/.cache/topotuner_lab/drift)")
-    dr.add_argument("--no-cache", action="store_true")
-    dr.add_argument("--allow-other-base", action="store_true")
+    dr.add_argument("--no-cache", action="store_true", help="compute everything, store nothing")
+    dr.add_argument("--allow-other-base", action="store_true", help="allow snapshots whose base models differ")
     dr.set_defaults(func=_cmd_drift)
 
     pr = sub.add_parser("profile", help="build a profile card from a drift table")
     pr.add_argument("table", help="drift table (.parquet/.csv)")
     pr.add_argument("--pretrained", required=True, help="snapshot of the pretrained model the table was computed from")
-    pr.add_argument("--prior-task", required=True)
-    pr.add_argument("--strategy", default="high-drift", choices=["high-drift", "low-drift", "random", "magnitude"])
-    pr.add_argument("--metric", default="h0_w1", help="drift-table column to rank by")
+    pr.add_argument("--prior-task", required=True, help="the task the drift came from (recorded in the card)")
+    pr.add_argument("--strategy", default="high-drift", choices=STRATEGIES, help="which matrices train (default: %(default)s)")
+    pr.add_argument("--metric", default="h0_w1", help="drift-table column to rank by (default: %(default)s)")
+    pr.add_argument("--normalization", default="raw", choices=NORMALIZATIONS, help="make matrices of different sizes comparable (default: %(default)s)")
+    pr.add_argument("--noise-table", action="append", default=None,
+                    help="drift table of the pretrained snapshot against a perturbed copy; repeat for several seeds (noise check, 'noise-z')")
     group = pr.add_mutually_exclusive_group(required=True)
     group.add_argument("--count", type=int, help="number of trainable matrices")
     group.add_argument("--budget", type=float, help="trainable-parameter budget in percent of the model, e.g. 1")
-    pr.add_argument("--model", default=None, help="the model, to count its parameters (default: embedded)")
-    pr.add_argument("--total-params", type=int, default=None, help="the model's parameter count (skips loading it)")
-    pr.add_argument("--stop-threshold", type=float, default=None)
-    pr.add_argument("--seed", type=int, default=0)
+    pr.add_argument("--model", default=None, help="the pretrained model, to count its parameters (default: the count the snapshot records)")
+    pr.add_argument("--total-params", type=int, default=None, help="the model's parameter count (default: the count the snapshot records)")
+    pr.add_argument("--stop-threshold", type=float, default=None, help="early-stopping threshold recorded in the card, in (0, 1)")
+    pr.add_argument("--seed", type=int, default=0, help="seed of the random control (default: %(default)s)")
     pr.add_argument("-o", "--output", required=True, help="card .json (a .md view is written beside it)")
     pr.add_argument("--spectrum", default=None, help="also write the unfrozen_parameters YAML (Spectrum/axolotl)")
     pr.set_defaults(func=_cmd_profile)
 
     ft = sub.add_parser("finetune", help="fine-tune with full FT, LoRA or a profile card")
-    ft.add_argument("--method", default="full", choices=["full", "lora", "profile"])
-    ft.add_argument("--task", default="sst2", choices=["sst2", "agnews", "gsm8k"])
-    ft.add_argument("--model", default=None)
-    ft.add_argument("--profile", default=None)
-    ft.add_argument("--lora-rank", default="8", help="an integer, or 'match' to match the profile card's budget")
-    ft.add_argument("--epochs", type=int, default=3)
-    ft.add_argument("--n-train", type=int, default=128)
-    ft.add_argument("--n-test", type=int, default=128)
-    ft.add_argument("--batch-size", type=int, default=8)
-    ft.add_argument("--max-length", type=int, default=64)
-    ft.add_argument("--lr", type=float, default=None)
-    ft.add_argument("--seed", type=int, default=0)
-    ft.add_argument("--data-seed", type=int, default=0)
-    ft.add_argument("--stop-threshold", type=_threshold, default=None, help="topological early stopping: normalized drift in (0, 1), or 'card' for the card's own")
-    ft.add_argument("--observe-only", action="store_true", help="record the stop epoch but train the full budget")
-    ft.add_argument("--eval-each-epoch", action="store_true")
-    ft.add_argument("--save-snapshot", action="store_true")
-    ft.add_argument("--data-source", default=None, help="'hub' to load from the Hugging Face hub, or a data file")
-    ft.add_argument("-o", "--output", required=True)
+    ft.add_argument("--model", default=None, help="model to fine-tune (default: embedded SmolLM2-135M)")
+    add_config_options(ft, FinetuneConfig)
     ft.set_defaults(func=_cmd_finetune)
 
     rp = sub.add_parser("reproduce", help="the paper's comparison at a preset size (resumable)")
-    rp.add_argument("--preset", default="compare", help="tiny, compare or cpu-small")
-    rp.add_argument("-o", "--output", default=None)
+    rp.add_argument("--preset", default="compare", help="tiny, compare or cpu-small (default: %(default)s)")
+    rp.add_argument("-o", "--output", default=None, help="output folder (default: runs/reproduce-PRESET)")
     rp.add_argument("--report", default=None, help="where to write the Markdown report (cpu-small: docs/RESULTS.md)")
     rp.set_defaults(func=_cmd_reproduce)
 
     nb = sub.add_parser("run-notebooks", help="execute the notebook series headlessly with papermill")
-    nb.add_argument("--profile", default="tiny", choices=["tiny", "default"], help="tiny: in-memory model (CI); default: SmolLM2-135M")
+    nb.add_argument("--profile", default="tiny", choices=tuple(PROFILES), help="tiny: in-memory model (CI); default: SmolLM2-135M")
     nb.add_argument("-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"), help="override a notebook parameter")
-    nb.add_argument("-o", "--output", default=None)
+    nb.add_argument("-o", "--output", default=None, help="output folder (default: runs/notebooks-PROFILE)")
     nb.set_defaults(func=_cmd_run_notebooks)
     return parser
 
 
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_workers() -> None:
+    """End idle joblib (loky) worker processes at once instead of leaving them for minutes."""
+    if "joblib" in sys.modules:
+        from joblib.externals.loky import get_reusable_executor
+
+        get_reusable_executor().shutdown(wait=False, kill_workers=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit code (0 ok, 2 user error, 130 interrupted, 1 internal error)."""
     args = build_parser().parse_args(argv)
     if getattr(args, "command", None) == "reproduce" and args.output is None:
         args.output = f"runs/reproduce-{args.preset}"
     if getattr(args, "command", None) == "run-notebooks" and args.output is None:
         args.output = f"runs/notebooks-{args.profile}"
     func: Callable[[argparse.Namespace], None] = args.func
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         func(args)
     except TopoTunerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted: finished work is kept (files are written atomically); run the same command again to resume", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}\n  How to fix: check the path exists, is of the right kind and can be written", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the last guard: one line, the traceback only on request
+        if os.environ.get("TOPOTUNER_DEBUG"):
+            raise
+        print(f"internal error: {exc.__class__.__name__}: {exc}\n  How to fix: this is a bug; rerun with TOPOTUNER_DEBUG=1 for the traceback "
+              "and report it", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _stop_workers()
     return 0
 
 

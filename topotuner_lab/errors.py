@@ -11,6 +11,10 @@ class TopoTunerError(Exception):
         self.fix = fix
         super().__init__(f"{problem}\n  How to fix: {fix}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        """Pickle by ``(problem, fix)``, so an error raised in a worker process reaches the user intact."""
+        return (self.__class__, (self.problem, self.fix))
+
 
 class InputFileError(TopoTunerError):
     """A file is missing, unreadable or not of the expected kind."""

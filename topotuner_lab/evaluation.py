@@ -62,25 +62,37 @@ def _next_token_logprobs(model: torch.nn.Module, prompts: Sequence[str], token_i
     return out
 
 
+def classification_correct(model: torch.nn.Module, tokenizer: Any, dataset: Any, labels: Sequence[str], **kwargs: Any) -> np.ndarray:
+    """Per row: is the true label word the most likely continuation? (a boolean array, for paired comparisons)"""
+    if len(dataset) == 0:
+        return np.zeros(0, dtype=bool)
+    scores = continuation_logprobs(model, tokenizer, dataset["prompt"], labels, **kwargs)
+    return scores.argmax(axis=1) == np.asarray(dataset["label"])
+
+
 def classification_accuracy(model: torch.nn.Module, tokenizer: Any, dataset: Any, labels: Sequence[str], **kwargs: Any) -> float:
     """Share of rows whose true label word is the most likely continuation."""
-    if len(dataset) == 0:
-        return float("nan")
-    scores = continuation_logprobs(model, tokenizer, dataset["prompt"], labels, **kwargs)
-    return float(np.mean(scores.argmax(axis=1) == np.asarray(dataset["label"])))
+    correct = classification_correct(model, tokenizer, dataset, labels, **kwargs)
+    return float(correct.mean()) if correct.size else float("nan")
 
 
 @torch.no_grad()
-def gsm8k_exact_match(model: torch.nn.Module, tokenizer: Any, dataset: Any, *, max_new_tokens: int = 128, max_length: int = 256) -> float:
-    """Greedy answers; a row counts when its final number equals the reference's."""
+def gsm8k_correct(model: torch.nn.Module, tokenizer: Any, dataset: Any, *, max_new_tokens: int = 128, max_length: int = 256) -> np.ndarray:
+    """Greedy answers; per row, does the final number equal the reference's?"""
     model.eval()
-    hits = 0
+    hits = []
     for row in dataset:
         prompt_ids, _ = encode(tokenizer, row["prompt"], "", max_length)
         generated = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
         answer = tokenizer.decode(generated[0, len(prompt_ids) :], skip_special_tokens=True)
-        hits += final_number(answer) is not None and final_number(answer) == final_number(row["target"])
-    return hits / max(1, len(dataset))
+        hits.append(final_number(answer) is not None and final_number(answer) == final_number(row["target"]))
+    return np.asarray(hits, dtype=bool)
+
+
+def gsm8k_exact_match(model: torch.nn.Module, tokenizer: Any, dataset: Any, **kwargs: Any) -> float:
+    """Share of rows whose greedy answer ends in the reference's final number."""
+    correct = gsm8k_correct(model, tokenizer, dataset, **kwargs)
+    return float(correct.mean()) if correct.size else 0.0
 
 
 @torch.no_grad()

@@ -1,14 +1,23 @@
 """The paper's comparison at a size this machine can run: one resumable command, one results table.
 
-prior fine-tune -> drift table -> profile cards (high/low drift, random and magnitude controls, at
-each budget) -> each card transferred to the target tasks, beside full fine-tuning and LoRA at a
-matched budget, with topological early stopping. Every run keeps its own ``results.json``, so an
-interrupted comparison resumes by skipping what is done.
+prior fine-tune -> drift table and its noise floor -> profile cards (high/low drift, random and magnitude
+controls, at each budget) -> each card transferred to the target tasks, beside full fine-tuning and LoRA at
+a matched budget. The protocol is a fair one:
+
+- every method (each card strategy and control, LoRA, full FT) gets its own learning rate, chosen from a
+  small log grid by accuracy on a validation split carved from the training data, never the test set;
+  the rate is chosen on the first seed and the other seeds run at it;
+- every method and seed is scored on the same test examples, so differences get paired bootstrap
+  intervals (:mod:`topotuner_lab.stats`);
+- optionally a constant-learning-rate run of each card, so early stopping is seen apart from a decaying schedule.
+
+Every run keeps its own ``results.json``, so an interrupted comparison resumes by skipping what is done.
 """
 
 from __future__ import annotations
 
-import json
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -16,13 +25,23 @@ from typing import Any
 import pandas as pd
 
 from . import atomic
-from .drift import DriftSettings, drift_table, load_table, save_table
+from .drift import DriftSettings, save_table
 from .errors import ParameterError
-from .finetune import FinetuneConfig, run_finetune
-from .models import PACKAGED_MODELS, embedded_gguf_path, load_model
+from .finetune import FinetuneConfig
+from .models import PACKAGED_MODELS, LoadedModel, embedded_gguf_path, load_model
+from .claims import method_family
+from .noise import noise_check
 from .profiles import ModelIdentity, build_profile
 from .report import markdown_table
-from .snapshot import extract_snapshot, load_snapshot, save_snapshot
+from .snapshot import Snapshot, load_snapshot
+from .workspace import WorkDir, drift_table_once, finetune_once, noise_tables_once, pretrained_snapshot
+
+#: learning-rate grids per method family (log-spaced), searched on validation accuracy
+DEFAULT_LR_GRID: dict[str, tuple[float, ...]] = {
+    "full": (1e-5, 3e-5, 1e-4, 3e-4),
+    "lora": (1e-4, 3e-4, 1e-3, 3e-3),
+    "profile": (1e-4, 3e-4, 1e-3, 3e-3),
+}
 
 
 @dataclass(frozen=True)
@@ -38,13 +57,16 @@ class Preset:
     budgets: tuple[float, ...] = (0.01,)
     strategies: tuple[str, ...] = ("high-drift", "low-drift", "random", "magnitude")
     baselines: tuple[str, ...] = ("full", "lora")
-    seeds: tuple[int, ...] = (0,)
-    early_stopping: tuple[bool, ...] = (True,)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    lr_grid: dict[str, tuple[float, ...]] = field(default_factory=lambda: dict(DEFAULT_LR_GRID))
+    constant_lr: bool = True  # also run each card at its chosen rate with a constant schedule (early stopping apart from decay)
     stop_threshold: float = 0.5
     metric: str = "h0_w1"
+    normalization: str = "per-point"  # how drift is made comparable across matrix sizes (profiles.NORMALIZATIONS)
+    noise_seeds: tuple[int, ...] = (0, 1)
     drift: DriftSettings = field(default_factory=DriftSettings)
-    prior: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(epochs=2, n_train=128))
-    target: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(epochs=4, n_train=128, eval_each_epoch=True))
+    prior: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(epochs=2, n_train=256, learning_rate=1e-4))
+    target: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(epochs=4, n_train=128, n_val=64, eval_each_epoch=True, observe_only=True))
 
 
 def _tiny_run(**kw: Any) -> FinetuneConfig:
@@ -52,15 +74,19 @@ def _tiny_run(**kw: Any) -> FinetuneConfig:
 
 
 PRESETS: dict[str, Preset] = {
-    "tiny": Preset(model="tiny-llama", other_models=("tiny-qwen2",), budgets=(0.05,), stop_threshold=0.9, prior=_tiny_run(epochs=1), target=_tiny_run(epochs=2)),
-    "compare": Preset(),
-    # Sized for about 1.5 h on 2 CPU cores. The prior fine-tune is strong enough (256 examples, lr 1e-4) for its drift to
-    # stand well above the Q4_1 noise floor; targets get the paper's 6-epoch budget. Early stopping observes: with the same
-    # seeds and learning-rate schedule a stopped run is the full-budget run cut at the stop epoch, so one run gives both.
+    # CI: every piece of the protocol (LR selection, seeds, constant-rate runs, noise check) on an in-memory model
+    "tiny": Preset(model="tiny-llama", other_models=("tiny-qwen2",), budgets=(0.05,), seeds=(0, 1), stop_threshold=0.9,
+                   lr_grid={"full": (1e-4, 1e-3), "lora": (1e-3, 1e-2), "profile": (1e-3, 1e-2)},
+                   prior=_tiny_run(epochs=1), target=_tiny_run(epochs=2, n_val=8, eval_each_epoch=True, observe_only=True)),
+    "compare": Preset(seeds=(0,), lr_grid={"full": (3e-5,), "lora": (3e-4,), "profile": (2e-4,)}, constant_lr=False),
+    # Sized for a few hours on 2 CPU cores: SST-2 on its full 872-example GLUE validation set as the test set, AG News
+    # on 1,000 test examples; each method's rate chosen on 128 validation examples; 3 seeds. The prior fine-tune is strong
+    # enough for its drift to stand well above the Q4_1 noise floor.
     "cpu-small": Preset(
-        prior_tasks=("sst2", "agnews"), target_tasks=("agnews", "sst2"), budgets=(0.01, 0.02), seeds=(0, 1), other_models=("gemma3-270m",),
-        prior=FinetuneConfig(epochs=2, n_train=256, learning_rate=1e-4),
-        target=FinetuneConfig(epochs=6, n_train=64, n_test=96, eval_each_epoch=True, observe_only=True),
+        prior_tasks=("sst2", "agnews"), target_tasks=("agnews", "sst2"), budgets=(0.01,), other_models=("gemma3-270m",),
+        lr_grid={"full": (3e-5, 1e-4, 3e-4), "lora": (3e-4, 1e-3, 3e-3), "profile": (3e-4, 1e-3, 3e-3)},
+        prior=FinetuneConfig(epochs=2, n_train=256, learning_rate=1e-4, n_test=64),
+        target=FinetuneConfig(epochs=4, n_train=256, n_val=128, n_test=1000, n_ood=200, eval_each_epoch=False, observe_only=True),
     ),
 }
 
@@ -71,102 +97,142 @@ def get_preset(name: str) -> Preset:
     return PRESETS[name]
 
 
-def _done(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / "results.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+class Progress:
+    """Runs done of planned, with an estimate of the time left from the runs computed so far."""
+
+    def __init__(self, planned: int, log: Callable[[str], None]) -> None:
+        self.planned, self.done, self.log = planned, 0, log
+        self.computed_seconds: list[float] = []
+
+    def step(self, label: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        start = time.perf_counter()
+        result = run()
+        seconds = time.perf_counter() - start
+        if seconds > 0.25:  # a skipped (finished) run takes milliseconds and says nothing about the time left
+            self.computed_seconds.append(seconds)
+        self.done += 1
+        left = self.planned - self.done
+        eta = ""
+        if self.computed_seconds and left:
+            eta = f", about {left * sum(self.computed_seconds) / len(self.computed_seconds) / 60:.0f} min left"
+        self.log(f"[{self.done}/{self.planned}] {label}: test accuracy {result['test_accuracy']:.3f}{eta}")
+        return result
 
 
-def _run(loaded: Any, cfg: FinetuneConfig, log: Any) -> dict[str, Any]:
-    done = _done(Path(cfg.output_dir))
-    if done is not None:
-        log(f"skip (done): {cfg.output_dir}")
-        return done
-    log(f"run: {cfg.output_dir}")
-    return run_finetune(loaded, cfg)
+def _prior_drift(preset: Preset, loaded: LoadedModel, pre: Snapshot, prior: str, work: WorkDir, log: Callable[[str], None]) -> pd.DataFrame:
+    """Prior full fine-tune -> drift table against the pretrained snapshot; each step reused when done and verified."""
+    prior_cfg = replace(preset.prior, method="full", task=prior, output_dir=str(work.prior_run(prior)), save_snapshot=True,
+                        eval_each_epoch=False, stop_threshold=None, n_val=0)
+    prior_res = finetune_once(loaded, prior_cfg, log)
+    return drift_table_once(pre, load_snapshot(prior_res["snapshot"]), work.drift_table(prior), preset.drift)
 
 
-def _pretrained(loaded: Any, out: Path) -> Any:
-    """The pretrained snapshot under ``out`` (written once)."""
-    path = out / "pretrained.safetensors"
-    if path.is_file():
-        return load_snapshot(path)
-    pre = extract_snapshot(loaded)
-    save_snapshot(pre, path)
-    return pre
-
-
-def _prior_drift(preset: Preset, loaded: Any, pre: Any, prior: str, out: Path, log: Any) -> pd.DataFrame:
-    """Prior full fine-tune -> drift table against the pretrained snapshot; each step skipped when its file exists."""
-    prior_cfg = replace(preset.prior, method="full", task=prior, output_dir=str(out / f"prior-{prior}"), save_snapshot=True, eval_each_epoch=False, stop_threshold=None)
-    prior_res = _run(loaded, prior_cfg, log)
-    table_path = out / f"drift-{prior}.parquet"
-    if not table_path.is_file():
-        save_table(drift_table(pre, load_snapshot(prior_res["snapshot"]), preset.drift, progress=True), table_path)
-    return load_table(table_path)
-
-
-def _cards_for_prior(preset: Preset, loaded: Any, pre: Any, identity: ModelIdentity, prior: str, out: Path, log: Any) -> dict[str, Path]:
-    """The prior's drift table -> one card per (strategy, budget), each built once."""
-    table = _prior_drift(preset, loaded, pre, prior, out, log)
+def _cards_for_prior(preset: Preset, table: pd.DataFrame, noise: list[pd.DataFrame], identity: ModelIdentity, prior: str, work: WorkDir) -> dict[str, Path]:
+    """One card per (strategy, budget), rebuilt from the verified table every time (cheap, and never stale)."""
     cards: dict[str, Path] = {}
     for budget in preset.budgets:
         for strategy in preset.strategies:
-            path = out / "cards" / f"{prior}-{strategy}-{budget:g}.json"
-            if not path.is_file():
-                build_profile(table, identity, prior_task=prior, strategy=strategy, metric=preset.metric, fraction=budget,
-                              stop_threshold=preset.stop_threshold, drift_settings=preset.drift.key()).save(path)
+            path = work.card(f"{prior}-{strategy}-{budget:g}")
+            build_profile(table, identity, prior_task=prior, strategy=strategy, metric=preset.metric, fraction=budget,
+                          stop_threshold=preset.stop_threshold, drift_settings=preset.drift.key(), normalization=preset.normalization,
+                          noise=noise).save(path)
             cards[f"{strategy}@{budget:g}"] = path
     return cards
 
 
-def _grid(preset: Preset, cards: dict[str, Path], base: FinetuneConfig, stop: bool) -> list[tuple[str, FinetuneConfig]]:
+def _grid(preset: Preset, cards: dict[str, Path], base: FinetuneConfig) -> list[tuple[str, FinetuneConfig]]:
     """Full FT, then per budget every card (the card's own stopping threshold) and LoRA at the high-drift card's budget."""
     grid: list[tuple[str, FinetuneConfig]] = [("full", replace(base, method="full"))] if "full" in preset.baselines else []
     for budget in preset.budgets:
         for name, card in cards.items():
             if name.endswith(f"@{budget:g}"):
-                grid.append((f"profile:{name}", replace(base, method="profile", profile=str(card), stop_threshold="card" if stop else None)))
+                grid.append((f"profile:{name}", replace(base, method="profile", profile=str(card), stop_threshold="card")))
         if "lora" in preset.baselines:
             grid.append((f"lora@{budget:g}", replace(base, method="lora", lora_rank="match", profile=str(cards[f"high-drift@{budget:g}"]))))
     return grid
 
 
-def run_comparison(preset: Preset, out_dir: str | Path, log: Any = print) -> pd.DataFrame:
+def planned_runs(preset: Preset) -> int:
+    """Fine-tunes the comparison runs: the LR sweep on the first seed, one run per method on the others, constant-rate runs."""
+    per_budget = {"profile": len(preset.strategies), "lora": int("lora" in preset.baselines)}
+    sweep = int("full" in preset.baselines) * len(preset.lr_grid["full"]) + sum(
+        len(preset.budgets) * n * len(preset.lr_grid[fam]) for fam, n in per_budget.items())
+    methods = int("full" in preset.baselines) + len(preset.budgets) * sum(per_budget.values())
+    constant = len(preset.budgets) * len(preset.strategies) if preset.constant_lr else 0
+    settings = sum(t != p for p in preset.prior_tasks for t in preset.target_tasks)
+    return settings * (sweep + (len(preset.seeds) - 1) * methods + len(preset.seeds) * constant)
+
+
+def _select(sweep: list[tuple[float, dict[str, Any]]]) -> float:
+    """The rate with the best validation accuracy (the smaller rate on a tie)."""
+    return max(sweep, key=lambda item: (item[1]["val_accuracy"], -item[0]))[0]
+
+
+def run_comparison(preset: Preset, out_dir: str | Path, log: Callable[[str], None] = print) -> pd.DataFrame:
     """Run (or resume) the whole grid of ``preset`` under ``out_dir``; returns and writes the results table.
 
-    Seeds are the outer loop, so an interrupted run has whole seeds done first. A seed sets both the
-    training seed and the data seed (which rows are drawn and their order): with no dropout, the
-    training seed alone would leave full and profile fine-tunes bit-identical across seeds.
+    Seeds are the outer loop, so an interrupted run has whole seeds done first. A seed sets both the training
+    seed and which training rows are drawn; the test rows are the same for every seed (paired comparisons).
     """
-    out = Path(out_dir)
+    work = WorkDir(out_dir)
     for name in preset.other_models:  # fail now, not after the grid, when a second model is not installed
         if name in PACKAGED_MODELS:
             embedded_gguf_path(name)
+    if preset.target.n_val < 1:
+        raise ParameterError("the comparison chooses learning rates on validation data, but the target config has n_val=0", "set n_val >= 1")
     loaded = load_model(preset.model)
-    pre = _pretrained(loaded, out)
-    identity = ModelIdentity.from_snapshot(pre, sum(p.numel() for p in loaded.model.parameters()))
-    atomic.write_json(out / "preset.json", asdict(preset))
-    cards = {prior: _cards_for_prior(preset, loaded, pre, identity, prior, out, log) for prior in preset.prior_tasks}
+    pre = pretrained_snapshot(loaded, work.pretrained)
+    identity = ModelIdentity.from_snapshot(pre)
+    atomic.write_json(work.preset, {**asdict(preset), "planned_runs": planned_runs(preset)})
+    noise = noise_tables_once(pre, work, preset.noise_seeds, preset.drift)
+    cards = {}
+    for prior in preset.prior_tasks:
+        table = _prior_drift(preset, loaded, pre, prior, work, log)
+        log(noise_check(table, noise, preset.metric, warn=True).message)
+        cards[prior] = _cards_for_prior(preset, table, noise, identity, prior, work)
     for name in preset.other_models:  # drift only, before the long grid
-        other, folder = load_model(name), out / "models" / name
-        for prior in preset.prior_tasks:
-            _prior_drift(preset, other, _pretrained(other, folder), prior, folder, log)
+        other, folder = load_model(name), work.model(name)
+        _prior_drift_all(preset, other, folder, log)
         del other
+    progress = Progress(planned_runs(preset), log)
     rows: list[dict[str, Any]] = []
+    chosen: dict[tuple[str, str, str], float] = {}
+
+    def record(prior: str, target: str, seed: int, name: str, cfg: FinetuneConfig, selected: bool) -> dict[str, Any]:
+        res = progress.step(f"{prior}->{target} seed {seed} {name} lr {cfg.learning_rate:g}", lambda: finetune_once(loaded, cfg, log))
+        rows.append(_summary(prior, target, seed, name, res, selected, Path(cfg.output_dir).relative_to(work.root)))
+        save_table(pd.DataFrame(rows), work.results)  # partial table after every run
+        return res
+
     for seed in preset.seeds:
         for prior in preset.prior_tasks:
             for target in (t for t in preset.target_tasks if t != prior):  # transfer: never back to the prior task
-                for stop in preset.early_stopping:
-                    base = replace(preset.target, task=target, seed=seed, data_seed=seed, stop_threshold=preset.stop_threshold if stop else None)
-                    tag = f"{target}/seed{seed}-{'es' if stop else 'full-budget'}"
-                    for name, cfg in _grid(preset, cards[prior], base, stop):
-                        cfg = replace(cfg, output_dir=str(out / "runs" / f"prior-{prior}" / tag / name.replace(":", "-").replace("@", "-")))
-                        rows.append(_summary(prior, target, seed, stop, name, _run(loaded, cfg, log)))
-                        save_table(pd.DataFrame(rows), out / "results.csv")  # partial table after every run
+                base = replace(preset.target, task=target, seed=seed, data_seed=seed)
+                tag = f"{target}/seed{seed}"
+                for name, cfg in _grid(preset, cards[prior], base):
+                    key, run_dir = (prior, target, name), work.target_run(prior, tag, name)
+                    if key not in chosen:  # first seed: sweep the rates, keep the best on validation
+                        sweep = [(lr, record(prior, target, seed, name, replace(cfg, learning_rate=lr, output_dir=str(run_dir / f"lr-{lr:g}")), False))
+                                 for lr in preset.lr_grid[method_family(name)]]
+                        chosen[key] = _select(sweep)
+                        for row in rows[-len(sweep):]:
+                            row["selected"] = row["lr"] == chosen[key]
+                        save_table(pd.DataFrame(rows), work.results)
+                    else:
+                        record(prior, target, seed, name, replace(cfg, learning_rate=chosen[key], output_dir=str(run_dir / f"lr-{chosen[key]:g}")), True)
+                    if preset.constant_lr and cfg.method == "profile":
+                        constant = replace(cfg, learning_rate=chosen[key], lr_scheduler="constant", output_dir=str(run_dir / f"constant-lr-{chosen[key]:g}"))
+                        record(prior, target, seed, f"{name}+constant", constant, False)
     results = pd.DataFrame(rows)
-    save_table(results, out / "results.csv")
-    atomic.write_text(out / "results.md", markdown_table(results) + "\n")
+    save_table(results, work.results)
+    atomic.write_text(work.root / "results.md", markdown_table(results) + "\n")
     return results
+
+
+def _prior_drift_all(preset: Preset, loaded: LoadedModel, work: WorkDir, log: Callable[[str], None]) -> None:
+    pre = pretrained_snapshot(loaded, work.pretrained)
+    for prior in preset.prior_tasks:
+        _prior_drift(preset, loaded, pre, prior, work, log)
 
 
 def drift_minus_lr_ratio(res: dict[str, Any]) -> float | None:
@@ -183,12 +249,14 @@ def drift_minus_lr_ratio(res: dict[str, Any]) -> float | None:
     return sum(gaps) / len(gaps)
 
 
-def _summary(prior: str, target: str, seed: int, stop: bool, name: str, res: dict[str, Any]) -> dict[str, Any]:
+def _summary(prior: str, target: str, seed: int, name: str, res: dict[str, Any], selected: bool, run_dir: Path) -> dict[str, Any]:
     epoch_acc = res.get("epoch_test_accuracy") or []
     stop_epoch = res.get("stop_epoch")
     topo_sec = [h.get("seconds", 0.0) for h in res.get("drift_history", [])]  # the stopping rule's own cost per epoch
+    cfg = res.get("config", {})
     return {
-        "prior": prior, "target": target, "seed": seed, "early_stopping": stop, "run": name,
+        "prior": prior, "target": target, "seed": seed, "run": name, "lr": res["learning_rate"], "schedule": cfg.get("lr_scheduler"),
+        "selected": selected, "val_acc": res.get("val_accuracy"),
         "test_acc": res["test_accuracy"], "train_acc": res["train_accuracy"], "gap": res["train_test_gap"],
         "ood_acc_before": res["ood_accuracy_before"], "ood_acc_after": res["ood_accuracy_after"],
         "ppl_before": res["perplexity_before"], "ppl_after": res["perplexity_after"],
@@ -197,5 +265,6 @@ def _summary(prior: str, target: str, seed: int, stop: bool, name: str, res: dic
         "train_sec_to_stop": sum(res["epoch_seconds"][:stop_epoch]) + sum(topo_sec[:stop_epoch]) if stop_epoch else None,
         "topo_sec_per_epoch": sum(topo_sec) / len(topo_sec) if topo_sec else None,
         "drift_minus_lr_ratio": drift_minus_lr_ratio(res),
-        "sec_per_epoch": res["seconds_per_epoch"], "train_sec": res["train_seconds"], "peak_mem_mib": res["peak_memory_mib"],
+        "sec_per_epoch": res["seconds_per_epoch"], "train_sec": res["train_seconds"], "wall_sec": res.get("wall_seconds"),
+        "peak_mem_mib": res["peak_memory_mib"], "run_dir": str(run_dir),
     }

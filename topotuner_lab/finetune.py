@@ -12,7 +12,7 @@ import json
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,45 +21,56 @@ from transformers import DataCollatorForSeq2Seq, Trainer, TrainerCallback, Train
 
 from . import atomic
 from .early_stopping import TopologicalEarlyStopping
-from .errors import ParameterError, ProfileError
-from .evaluation import classification_accuracy, encode, gsm8k_exact_match, perplexity
+from .errors import InputFileError, ParameterError, ProfileError
+from .evaluation import classification_correct, encode, gsm8k_correct, perplexity
 from .models import LoadedModel
-from .profiles import ProfileCard, apply_profile, trainable_parameter_count
-from .projections import enumerate_projections
+from .profiles import ProfileCard, apply_profile
+from .projections import count_parameters, enumerate_projections
 from .snapshot import extract_snapshot, save_snapshot
-from .tasks import get_task, load_task
+from .tasks import TASKS, get_task, load_task
 
 METHODS: tuple[str, ...] = ("full", "lora", "profile")
 DEFAULT_LR = {"full": 3e-5, "lora": 3e-4, "profile": 2e-4}  # untuned defaults, recorded in results
 OOD_TASK = {"sst2": "agnews", "agnews": "sst2", "gsm8k": "sst2"}
+EVAL_SEED = 0  # which test / out-of-domain / perplexity examples are drawn: fixed, so runs are paired
+
+
+def _opt(default: Any, help: str, **extra: Any) -> Any:
+    """A config field with the help text the CLI shows for it (``metadata["help"]``)."""
+    return field(default=default, metadata={"help": help, **extra})
+
+
+LR_SCHEDULERS: tuple[str, ...] = ("linear", "constant", "cosine")
 
 
 @dataclass
 class FinetuneConfig:
-    """What to train and how; recorded verbatim in the results."""
+    """What to train and how; recorded verbatim in the results. The CLI's ``finetune`` options are these fields."""
 
-    method: str = "full"
-    task: str = "sst2"
-    output_dir: str = "runs/finetune"
-    profile: str | None = None  # card path (method="profile")
-    lora_rank: int | str = 8  # or "match": rank whose parameter count matches the profile card
-    epochs: int = 3
-    n_train: int = 128
-    n_test: int = 128
-    n_ood: int = 64
-    n_ppl: int = 32
-    batch_size: int = 8
-    max_length: int = 64
-    learning_rate: float | None = None  # None: DEFAULT_LR[method]
-    lr_scheduler: str = "linear"  # decays to 0 over the epoch budget
-    seed: int = 0  # training seed
-    data_seed: int = 0  # which rows are drawn
-    stop_threshold: float | str | None = None  # topological early stopping: a number, "card" (the card's own), None (off)
-    observe_only: bool = False  # record the stop epoch but train the full budget
-    eval_each_epoch: bool = False
-    save_checkpoints: bool = True
-    save_snapshot: bool = False  # write the fine-tuned attention matrices (after.safetensors)
-    data_source: str | None = None  # None: offline copies; "hub": datasets hub
+    method: str = _opt("full", "full fine-tuning, LoRA (peft) or a profile card", choices=METHODS)
+    task: str = _opt("sst2", "task to train and test on", choices=tuple(TASKS))
+    output_dir: str = _opt("runs/finetune", "run folder: results.json, checkpoints while training")
+    profile: str | None = _opt(None, "profile card .json (method 'profile'; LoRA 'match' and 'card' thresholds read it)")
+    lora_rank: int | str = _opt(8, "LoRA rank: an integer >= 1, or 'match' for the rank whose parameter count matches the card")
+    epochs: int = _opt(3, "epoch budget")
+    n_train: int = _opt(128, "training examples drawn")
+    n_val: int = _opt(0, "validation examples carved from the training data (never the test set); 0: none")
+    n_test: int = _opt(128, "test examples drawn")
+    n_ood: int = _opt(64, "out-of-domain examples (the other task) for forgetting")
+    n_ppl: int = _opt(32, "held-out GSM8K texts for perplexity before/after")
+    batch_size: int = _opt(8, "training batch size")
+    max_length: int = _opt(64, "tokens per example (prompt + target)")
+    learning_rate: float | None = _opt(None, "peak learning rate (default per method, see DEFAULT_LR)")
+    lr_scheduler: str = _opt("linear", "learning-rate schedule over the epoch budget", choices=LR_SCHEDULERS)
+    seed: int = _opt(0, "training seed")
+    data_seed: int = _opt(0, "which rows are drawn and their order")
+    stop_threshold: float | str | None = _opt(None, "topological early stopping: normalized drift in (0, 1), or 'card' for the card's own")
+    observe_only: bool = _opt(False, "record the stop epoch but train the full budget")
+    eval_each_epoch: bool = _opt(False, "test accuracy after every epoch")
+    save_checkpoints: bool = _opt(True, "checkpoint each epoch (only the last is kept), so a stopped run resumes")
+    keep_checkpoints: bool = _opt(False, "keep the last checkpoint after a finished run (default: removed)")
+    save_snapshot: bool = _opt(False, "write the fine-tuned attention matrices (after.safetensors)")
+    data_source: str | None = _opt(None, "'hub' for the Hugging Face hub, or a data folder laid out like shared/data (default: offline copies)")
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -73,9 +84,23 @@ class FinetuneConfig:
         if self.lora_rank == "match" and not self.profile:
             raise ParameterError("lora_rank='match' needs a profile card to match", "pass --profile card.json or an integer rank")
         get_task(self.task)
-        for name in ("epochs", "n_train", "n_test", "batch_size", "max_length"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+        for name in ("epochs", "n_train", "n_test", "n_ood", "n_ppl", "batch_size", "max_length"):
+            if not isinstance(getattr(self, name), int) or isinstance(getattr(self, name), bool) or getattr(self, name) < 1:
                 raise ParameterError(f"{name}={getattr(self, name)!r} must be a positive integer", f"give {name} as a whole number >= 1")
+        for name in ("seed", "data_seed", "n_val"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ParameterError(f"{name}={getattr(self, name)!r} must be a non-negative integer", f"give {name} as a whole number >= 0")
+        if self.lora_rank != "match" and (not isinstance(self.lora_rank, int) or isinstance(self.lora_rank, bool) or self.lora_rank < 1):
+            raise ParameterError(f"lora_rank={self.lora_rank!r} is neither a positive integer nor 'match'", "pass e.g. --lora-rank 8 or --lora-rank match")
+        if self.learning_rate is not None and not (isinstance(self.learning_rate, (int, float)) and 0 < self.learning_rate < 1):
+            raise ParameterError(f"learning_rate={self.learning_rate!r} is not a number in (0, 1)", "pass e.g. --lr 1e-4")
+        if self.lr_scheduler not in LR_SCHEDULERS:
+            raise ParameterError(f"unknown lr_scheduler {self.lr_scheduler!r}", f"use one of {', '.join(LR_SCHEDULERS)}")
+        if isinstance(self.stop_threshold, (int, float)) and not 0 < self.stop_threshold < 1:
+            raise ParameterError(f"stop_threshold={self.stop_threshold!r} is not in (0, 1)", "normalized drift starts at 1.0; use e.g. 0.5")
+        if self.data_source not in (None, "hub") and not Path(self.data_source).is_dir():
+            raise ParameterError(f"data_source {self.data_source!r} is neither 'hub' nor a data folder",
+                                 "pass --data-source hub, or a folder holding sst2/, agnews/, gsm8k/ like shared/data")
 
 
 class PeakMemory:
@@ -136,7 +161,7 @@ class EpochEvaluation(TrainerCallback):
         self.score = score
 
     def on_epoch_end(self, args, state, control, model=None, **kwargs):
-        state.log_history.append({"epoch": _epoch(state), "test_accuracy": self.score(model)})
+        state.log_history.append({"epoch": _epoch(state), "test_accuracy": _accuracy(self.score(model))})
         model.train()
 
 
@@ -184,10 +209,15 @@ def prepare_model(loaded: LoadedModel, cfg: FinetuneConfig, card: ProfileCard | 
 
 
 def _scorer(task: str, tokenizer: Any, max_length: int):
+    """``score(model, dataset)`` -> per-example correctness (a boolean array)."""
     spec = get_task(task)
     if spec.kind == "classification":
-        return lambda model, ds: classification_accuracy(model, tokenizer, ds, spec.labels, max_length=max_length)
-    return lambda model, ds: gsm8k_exact_match(model, tokenizer, ds, max_length=max_length)
+        return lambda model, ds: classification_correct(model, tokenizer, ds, spec.labels, max_length=max_length)
+    return lambda model, ds: gsm8k_correct(model, tokenizer, ds, max_length=max_length)
+
+
+def _accuracy(correct: Any) -> float:
+    return float(correct.mean()) if len(correct) else float("nan")
 
 
 def stop_threshold_for(cfg: FinetuneConfig, card: ProfileCard | None) -> float | None:
@@ -205,42 +235,70 @@ def _last_checkpoint(output_dir: Path) -> str | None:
     return str(checkpoints[-1]) if checkpoints else None
 
 
-def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> dict[str, Any]:
-    """Fine-tune with ``cfg`` and write ``results.json`` into ``cfg.output_dir``; returns the results."""
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = loaded.tokenizer
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    card = ProfileCard.load(cfg.profile) if cfg.profile else None
-    if card is not None and cfg.task not in card.transferred_to and cfg.task != card.prior_task:
-        card.transferred_to.append(cfg.task)
-    wall_start = time.perf_counter()
+TRAINABLE_WEIGHTS = "trainable.safetensors"
 
-    train = load_task(cfg.task, "train", cfg.n_train, cfg.data_seed, cfg.data_source)
-    test = load_task(cfg.task, "test", cfg.n_test, cfg.data_seed, cfg.data_source)
+
+class TrainableOnlyTrainer(Trainer):
+    """A ``Trainer`` whose checkpoints hold only the parameters that train (and their optimizer state).
+
+    A profile run trains ~1% of the model; saving the whole model every epoch would cost the full
+    model's size per checkpoint. Resuming loads the trainable tensors onto the same pretrained model.
+    """
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        from safetensors.torch import save_file
+
+        out = Path(output_dir or self.args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        trainable = {n: p.detach().contiguous().cpu() for n, p in self.model.named_parameters() if p.requires_grad}
+        save_file(trainable, str(out / TRAINABLE_WEIGHTS), metadata={"format": "pt"})
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: torch.nn.Module | None = None) -> None:
+        from safetensors.torch import load_file
+
+        path = Path(resume_from_checkpoint) / TRAINABLE_WEIGHTS
+        if not path.is_file():
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        target = model or self.model
+        missing = set(load_file(str(path))) - {n for n, _ in target.named_parameters()}
+        if missing:
+            raise ParameterError(f"checkpoint {resume_from_checkpoint} holds parameters {sorted(missing)[:3]} this model lacks",
+                                 "resume with the same model and card, or delete the run folder to start over")
+        target.load_state_dict(load_file(str(path)), strict=False)
+
+
+@dataclass
+class RunData:
+    """The examples one fine-tune uses; validation is carved from the training split, never from test."""
+
+    train: Any
+    val: Any | None
+    test: Any
+    ood_task: str
+    ood: Any
+    general_text: list[str]
+
+
+def load_run_data(cfg: FinetuneConfig) -> RunData:
+    """Draw the training, validation, test, out-of-domain and perplexity examples of ``cfg``."""
+    drawn = load_task(cfg.task, "train", cfg.n_train + cfg.n_val, cfg.data_seed, cfg.data_source)
+    if cfg.n_val and len(drawn) <= cfg.n_val:
+        raise ParameterError(f"n_val={cfg.n_val} leaves no training examples ({len(drawn)} drawn)", "lower --n-val or raise --n-train")
+    val = drawn.select(range(cfg.n_val)) if cfg.n_val else None
+    train = drawn.select(range(cfg.n_val, len(drawn))) if cfg.n_val else drawn
+    # evaluation draws do not depend on the seed: every method and seed is scored on the same examples (paired)
+    test = load_task(cfg.task, "test", cfg.n_test, EVAL_SEED, cfg.data_source)
     ood_task = OOD_TASK[cfg.task]
-    ood = load_task(ood_task, "test", cfg.n_ood, cfg.data_seed, cfg.data_source)
-    general = load_task("gsm8k", "test", cfg.n_ppl, cfg.data_seed, cfg.data_source)
-    general_text = [p + t for p, t in zip(general["prompt"], general["target"])]
-    score, score_ood = _scorer(cfg.task, tokenizer, cfg.max_length), _scorer(ood_task, tokenizer, cfg.max_length)
+    ood = load_task(ood_task, "test", cfg.n_ood, EVAL_SEED, cfg.data_source)
+    general = load_task("gsm8k", "test", cfg.n_ppl, EVAL_SEED, cfg.data_source)
+    return RunData(train, val, test, ood_task, ood, [p + t for p, t in zip(general["prompt"], general["target"])])
 
-    before = {"ood_accuracy": score_ood(loaded.model, ood), "perplexity": perplexity(loaded.model, tokenizer, general_text, max_length=cfg.max_length)}
-    model, info = prepare_model(loaded, cfg, card)
-    trainable = trainable_parameter_count(model)
-    total = int(sum(p.numel() for p in loaded.model.parameters()))
 
-    callbacks: list[TrainerCallback] = [EpochClock()]
-    stopper = None
-    threshold = stop_threshold_for(cfg, card)
-    if threshold is not None:
-        stopper = TopologicalEarlyStopping(threshold, pids=card.trainable if cfg.method == "profile" else None, observe_only=cfg.observe_only)
-        callbacks.append(stopper)
-    if cfg.eval_each_epoch:
-        callbacks.append(EpochEvaluation(lambda m: score(m, test)))
-
+def build_trainer(model: torch.nn.Module, tokenizer: Any, cfg: FinetuneConfig, data: RunData, callbacks: list[TrainerCallback]) -> Trainer:
+    """An HF ``Trainer`` for ``cfg``: weight decay 0 (frozen rows of fused matrices never move), one kept checkpoint
+    per epoch, the terminal progress bar HF shows; profile runs checkpoint only their trainable tensors."""
     args = TrainingArguments(
-        output_dir=str(out),
+        output_dir=cfg.output_dir,
         num_train_epochs=cfg.epochs,
         per_device_train_batch_size=cfg.batch_size,
         learning_rate=cfg.learning_rate or DEFAULT_LR[cfg.method],
@@ -254,67 +312,128 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> dict[str, Any]:
         report_to=[],
         seed=cfg.seed,
         data_seed=cfg.data_seed,
-        disable_tqdm=True,
+        disable_tqdm=False,
         dataloader_num_workers=0,
         dataloader_pin_memory=torch.cuda.is_available(),
+        ddp_find_unused_parameters=False,
     )
-    trainer = Trainer(
+    trainer_class = TrainableOnlyTrainer if cfg.method == "profile" else Trainer
+    return trainer_class(
         model=model,
         args=args,
-        train_dataset=tokenize_for_training(tokenizer, train, cfg.max_length),
+        train_dataset=tokenize_for_training(tokenizer, data.train, cfg.max_length),
         data_collator=DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100),
         callbacks=callbacks,
     )
-    resume = _last_checkpoint(out) if cfg.save_checkpoints else None
-    with PeakMemory() as memory:
-        trainer.train(resume_from_checkpoint=resume)
-    stopper = next((c for c in trainer.callback_handler.callbacks if isinstance(c, TopologicalEarlyStopping)), stopper)
 
+
+def _callbacks(cfg: FinetuneConfig, card: ProfileCard | None, score: Any, test: Any) -> tuple[list[TrainerCallback], float | None]:
+    callbacks: list[TrainerCallback] = [EpochClock()]
+    threshold = stop_threshold_for(cfg, card)
+    if threshold is not None:
+        callbacks.append(TopologicalEarlyStopping(threshold, pids=card.trainable if cfg.method == "profile" else None, observe_only=cfg.observe_only))
+    if cfg.eval_each_epoch:
+        callbacks.append(EpochEvaluation(lambda m: score(m, test)))
+    return callbacks, threshold
+
+
+def collect_results(trainer: Trainer, cfg: FinetuneConfig, loaded: LoadedModel, data: RunData, score: Any, score_ood: Any,
+                    before: dict[str, float]) -> dict[str, Any]:
+    """Accuracy (train, validation, test), forgetting, time and the early-stopping record of a finished run."""
+    model, tokenizer = trainer.model, loaded.tokenizer
     model.eval()
     history = trainer.state.log_history
     epoch_seconds = per_epoch(history, "epoch_seconds")
+    test_correct, ood_correct = score(model, data.test), score_ood(model, data.ood)
+    stopper = next((c for c in trainer.callback_handler.callbacks if isinstance(c, TopologicalEarlyStopping)), None)
+    total = count_parameters(loaded.model)
+    trainable = count_parameters(model, trainable_only=True)
     results: dict[str, Any] = {
         "config": asdict(cfg),
         "model": {"name": loaded.name, "revision": loaded.revision, "total_params": total},
         "method": cfg.method,
         "task": cfg.task,
-        "learning_rate": args.learning_rate,
+        "learning_rate": trainer.args.learning_rate,
         "trainable_params": trainable,
         "trainable_fraction": trainable / total,
-        **info,
         "epochs_run": len(epoch_seconds),
-        "resumed_from": resume,
-        "stop_threshold": threshold,
         "stop_epoch": stopper.stop_epoch if stopper else None,
         "drift_history": stopper.history if stopper else [],
         "log_history": [h for h in history if "loss" in h],
         "epoch_seconds": epoch_seconds,
         "train_seconds": sum(epoch_seconds),
         "seconds_per_epoch": sum(epoch_seconds) / max(1, len(epoch_seconds)),
-        "peak_memory_mib": memory.peak_mib,
-        "train_accuracy": score(model, train.select(range(min(len(train), cfg.n_test)))),
-        "test_accuracy": score(model, test),
-        "epoch_test_accuracy": per_epoch(history, "test_accuracy"),
-        "ood_task": ood_task,
+        "train_accuracy": _accuracy(score(model, data.train.select(range(min(len(data.train), cfg.n_test))))),
+        "val_accuracy": _accuracy(score(model, data.val)) if data.val is not None else None,
+        "test_accuracy": _accuracy(test_correct),
+        "test_correct": test_correct.astype(int).tolist(),  # per test example, for paired bootstrap intervals
+            "epoch_test_accuracy": per_epoch(history, "test_accuracy"),
+        "ood_task": data.ood_task,
         "ood_accuracy_before": before["ood_accuracy"],
-        "ood_accuracy_after": score_ood(model, ood),
+        "ood_accuracy_after": _accuracy(ood_correct),
+        "ood_correct_after": ood_correct.astype(int).tolist(),
         "perplexity_before": before["perplexity"],
-        "perplexity_after": perplexity(model, tokenizer, general_text, max_length=cfg.max_length),
+        "perplexity_after": perplexity(model, tokenizer, data.general_text, max_length=cfg.max_length),
         "seeds": {"train": cfg.seed, "data": cfg.data_seed},
     }
     results["train_test_gap"] = results["train_accuracy"] - results["test_accuracy"]
     results["forgetting_ood"] = results["ood_accuracy_before"] - results["ood_accuracy_after"]
     results["perplexity_change"] = results["perplexity_after"] - results["perplexity_before"]
+    return results
+
+
+def _tidy_checkpoints(out: Path) -> None:
+    import shutil
+
+    for checkpoint in out.glob("checkpoint-*"):
+        shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> dict[str, Any]:
+    """Fine-tune ``loaded`` as ``cfg`` says and write ``results.json`` into ``cfg.output_dir``; returns the results.
+
+    The input card is read, never rewritten: the task it was transferred to is recorded in the results
+    (``transferred_to``), so several runs can share one card. A stopped run resumes from its last epoch
+    checkpoint; a finished one removes its checkpoints unless ``keep_checkpoints``.
+    """
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = loaded.tokenizer
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    card = ProfileCard.load(cfg.profile) if cfg.profile else None
+    wall_start = time.perf_counter()
+    data = load_run_data(cfg)
+    score, score_ood = _scorer(cfg.task, tokenizer, cfg.max_length), _scorer(data.ood_task, tokenizer, cfg.max_length)
+    before = {"ood_accuracy": _accuracy(score_ood(loaded.model, data.ood)), "perplexity": perplexity(loaded.model, tokenizer, data.general_text, max_length=cfg.max_length)}
+    model, info = prepare_model(loaded, cfg, card)
+    callbacks, threshold = _callbacks(cfg, card, score, data.test)
+    trainer = build_trainer(model, tokenizer, cfg, data, callbacks)
+    resume = _last_checkpoint(out) if cfg.save_checkpoints else None
+    with PeakMemory() as memory:
+        trainer.train(resume_from_checkpoint=resume)
+    results = collect_results(trainer, cfg, loaded, data, score, score_ood, before)
+    results.update(info, resumed_from=resume, stop_threshold=threshold, peak_memory_mib=memory.peak_mib,
+                   transferred_to={"card": cfg.profile, "prior_task": card.prior_task, "task": cfg.task} if card is not None else None)
     if cfg.save_snapshot:
         merged = model.merge_and_unload() if cfg.method == "lora" else model
         snap = extract_snapshot(merged, name=f"{loaded.name}@{cfg.task}-{cfg.method}", base_model=loaded.name)
         results["snapshot"] = str(save_snapshot(snap, out / "after.safetensors"))
-    if card is not None and cfg.profile:
-        card.save(cfg.profile)  # records the task it was transferred to
     results["wall_seconds"] = time.perf_counter() - wall_start
     atomic.write_json(out / "results.json", results)
+    if not cfg.keep_checkpoints:
+        _tidy_checkpoints(out)
     return results
 
 
 def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())
+    """A run's ``results.json``; a missing or damaged file is a clear error (rerun the step)."""
+    path = Path(path)
+    try:
+        results = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise InputFileError(f"results file {path} is missing or damaged ({exc.__class__.__name__})",
+                             f"delete {path.parent} and run the fine-tune again") from exc
+    if not isinstance(results, dict) or "test_accuracy" not in results:
+        raise InputFileError(f"results file {path} is not a fine-tune's results", f"delete {path.parent} and run the fine-tune again")
+    return results

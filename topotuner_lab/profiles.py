@@ -8,10 +8,12 @@ budget. Random and magnitude-ranked cards with the same budget are the honest co
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,9 @@ from .snapshot import Snapshot, extract_snapshot
 
 SCHEMA_VERSION = 1
 STRATEGIES: tuple[str, ...] = ("high-drift", "low-drift", "random", "magnitude")
+#: how a drift column is made comparable across matrices of different sizes before ranking:
+#: raw W; W per diagram point; W over the pretrained diagram's total persistence; z-score against noise drift
+NORMALIZATIONS: tuple[str, ...] = ("raw", "per-point", "relative", "noise-z")
 
 
 @dataclass
@@ -39,12 +44,21 @@ class ModelIdentity:
     shapes: dict[str, list[int]]
 
     @classmethod
-    def from_snapshot(cls, snap: Snapshot, total_params: int) -> ModelIdentity:
-        return cls(snap.base_model, snap.weights_hash, snap.architecture, int(total_params), {k: list(v) for k, v in snap.shapes.items()})
+    def from_snapshot(cls, snap: Snapshot, total_params: int | None = None) -> ModelIdentity:
+        """The identity of the snapshot's model; ``total_params`` defaults to the count the snapshot records."""
+        total = snap.total_params if total_params is None else total_params
+        attention = sum(int(np.prod(s)) for s in snap.shapes.values())
+        if total is None:
+            raise ProfileError(f"snapshot of {snap.model!r} records no parameter count (written by an older version)",
+                               "re-extract it with `topotuner-lab extract`, or pass --total-params N / --model MODEL")
+        if isinstance(total, bool) or not isinstance(total, (int, np.integer)) or total < attention:
+            raise ProfileError(f"total parameter count {total!r} is below the {attention:,} parameters of the attention matrices alone",
+                               "pass the whole model's parameter count (or omit --total-params to use the one the snapshot records)")
+        return cls(snap.base_model, snap.weights_hash, snap.architecture, int(total), {k: list(v) for k, v in snap.shapes.items()})
 
     @classmethod
     def of(cls, model: torch.nn.Module, name: str) -> ModelIdentity:
-        return cls.from_snapshot(extract_snapshot(model, name=name), sum(p.numel() for p in model.parameters()))
+        return cls.from_snapshot(extract_snapshot(model, name=name))
 
 
 @dataclass
@@ -65,6 +79,7 @@ class ProfileCard:
     stop_threshold: float | None = None
     transferred_to: list[str] = field(default_factory=list)
     seed: int = 0
+    normalization: str = "raw"  # one of NORMALIZATIONS: how ranking scores were made comparable across matrix sizes
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     schema_version: int = SCHEMA_VERSION
 
@@ -81,6 +96,8 @@ class ProfileCard:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "card") -> ProfileCard:
+        """Validate and build a card from parsed JSON; any problem is a :class:`ProfileError` naming the field."""
+        rebuild = "rebuild the card with `topotuner-lab profile`"
         if not isinstance(data, dict):
             raise ProfileError(f"{where} is not a JSON object", "load a file written by ProfileCard.save / `topotuner-lab profile`")
         version = data.get("schema_version")
@@ -89,20 +106,34 @@ class ProfileCard:
                 f"{where} has schema_version {version!r}; this version of topotuner_lab reads {SCHEMA_VERSION}",
                 "rebuild the card from its drift table with `topotuner-lab profile`, or use the topotuner_lab version that wrote it",
             )
-        required = [f for f in cls.__dataclass_fields__ if f not in ("stop_threshold", "transferred_to", "seed", "created", "schema_version")]
-        missing = [f for f in required if f not in data]
-        if missing:
-            raise ProfileError(f"{where} lacks field(s) {missing}", "rebuild the card with `topotuner-lab profile`")
+        fields = cls.__dataclass_fields__
+        missing = [f for f in fields if f not in _OPTIONAL_FIELDS and f not in data]
+        extra = sorted(set(data) - set(fields))
+        if missing or extra:
+            raise ProfileError(f"{where} " + "; ".join(filter(None, [missing and f"lacks field(s) {missing}", extra and f"has unknown field(s) {extra}"])), rebuild)
+        wrong = [name for name, check in _FIELD_CHECKS.items() if name in data and not check(data[name])]
+        if wrong:
+            raise ProfileError(f"{where} has field(s) {wrong} of the wrong type or value", rebuild)
         if data["strategy"] not in STRATEGIES:
             raise ProfileError(f"{where} has unknown strategy {data['strategy']!r}", f"use one of {', '.join(STRATEGIES)}")
         try:
             model = ModelIdentity(**data["model"])
         except TypeError as exc:
-            raise ProfileError(f"{where} has a malformed 'model' entry ({exc})", "rebuild the card with `topotuner-lab profile`") from exc
+            raise ProfileError(f"{where} has a malformed 'model' entry ({exc})", rebuild) from exc
+        if not (isinstance(model.shapes, dict) and all(_is_shape(v) for v in model.shapes.values()) and _is_count(model.total_params)):
+            raise ProfileError(f"{where} has a malformed 'model' entry (shapes or total_params)", rebuild)
         card = cls(**{**data, "model": model})
-        unknown = sorted(set(card.trainable + card.frozen) - set(model.shapes))
-        if unknown or set(card.trainable) & set(card.frozen):
-            raise ProfileError(f"{where} lists unknown or doubly listed projection ids {unknown[:5]}", "rebuild the card; ids must be those of the model's snapshot")
+        known = set(model.shapes)
+        unknown = sorted(set(card.trainable + card.frozen + [r["pid"] for r in card.ranking]) - known)
+        if unknown:
+            raise ProfileError(f"{where} lists projection ids {unknown[:5]} that the model does not have", rebuild)
+        twice = sorted(set(card.trainable) & set(card.frozen)) or sorted({p for p in card.trainable + card.frozen if (card.trainable + card.frozen).count(p) > 1})
+        if twice:
+            raise ProfileError(f"{where} lists projection ids {twice[:5]} more than once (trainable and frozen, or repeated)", rebuild)
+        if set(card.trainable) | set(card.frozen) != known:
+            raise ProfileError(f"{where} leaves projection ids {sorted(known - set(card.trainable) - set(card.frozen))[:5]} neither trainable nor frozen", rebuild)
+        if not card.trainable:
+            raise ProfileError(f"{where} has no trainable projection", rebuild)
         return card
 
     @classmethod
@@ -111,9 +142,10 @@ class ProfileCard:
         if not path.is_file():
             raise InputFileError(f"profile card {path} does not exist", "build one with `topotuner-lab profile DRIFT_TABLE ...`")
         try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ProfileError(f"profile card {path} is not valid JSON ({exc})", "rebuild the card with `topotuner-lab profile`") from exc
+            data = json.loads(path.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise ProfileError(f"profile card {path} is not valid UTF-8 JSON ({exc.__class__.__name__}: {str(exc)[:100]})",
+                               "rebuild the card with `topotuner-lab profile`") from exc
         return cls.from_dict(data, str(path))
 
     # --- views ---------------------------------------------------------------------------
@@ -123,7 +155,7 @@ class ProfileCard:
         return (
             f"# TopoTuner profile card: {self.strategy} on {self.prior_task}\n\n"
             f"- **Model**: {self.model.name} ({self.model.architecture}, weights `{self.model.weights_hash[:12]}`, {self.model.total_params:,} parameters)\n"
-            f"- **Prior task**: {self.prior_task}\n- **Strategy**: {self.strategy}, ranked by `{self.metric}`\n"
+            f"- **Prior task**: {self.prior_task}\n- **Strategy**: {self.strategy}, ranked by `{self.metric}` ({self.normalization})\n"
             f"- **Budget**: {self.budget}; **trainable**: {len(self.trainable)} projections, {self.trainable_params:,} parameters "
             f"({100 * self.trainable_fraction:.2f}% of the model)\n"
             f"- **Trainable ids**: {', '.join(self.trainable)}\n"
@@ -145,6 +177,44 @@ class ProfileCard:
     def to_spectrum_yaml(self, model: torch.nn.Module | None = None) -> str:
         lines = [f"# TopoTuner profile: {self.strategy} on {self.prior_task}, {self.model.name}", "unfrozen_parameters:"]
         return "\n".join(lines + [f"- {p}" for p in self.spectrum_patterns(model)]) + "\n"
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_shape(v: Any) -> bool:
+    return isinstance(v, list) and len(v) == 2 and all(_is_count(x) and x > 0 for x in v)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_ids(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+_OPTIONAL_FIELDS = ("stop_threshold", "transferred_to", "seed", "created", "schema_version", "normalization")
+#: field -> check of its JSON value (the dataclass types, enforced on load)
+_FIELD_CHECKS: dict[str, Any] = {
+    "model": lambda v: isinstance(v, dict),
+    "prior_task": lambda v: isinstance(v, str),
+    "strategy": lambda v: isinstance(v, str),
+    "metric": lambda v: isinstance(v, str),
+    "drift_settings": lambda v: isinstance(v, dict),
+    "ranking": lambda v: isinstance(v, list) and all(isinstance(r, dict) and set(r) == {"pid", "score"} and isinstance(r["pid"], str) and _is_number(r["score"]) for r in v),
+    "trainable": _is_ids,
+    "frozen": _is_ids,
+    "trainable_params": _is_count,
+    "trainable_fraction": lambda v: _is_number(v) and 0 <= v <= 1,
+    "budget": lambda v: isinstance(v, dict) and len(v) == 1 and ("count" in v or "fraction" in v) and _is_number(next(iter(v.values()))),
+    "stop_threshold": lambda v: v is None or (_is_number(v) and 0 < v < 1),
+    "transferred_to": _is_ids,
+    "seed": _is_count,
+    "created": lambda v: isinstance(v, str),
+    "normalization": lambda v: v in NORMALIZATIONS,
+}
 
 
 def param_counts(shapes: dict[str, list[int]]) -> dict[str, int]:
@@ -181,6 +251,51 @@ def select_projections(scores: pd.Series, params: dict[str, int], total_params: 
     return ranked, chosen
 
 
+def normalized_scores(table: pd.DataFrame, metric: str, normalization: str = "raw", noise: Sequence[pd.DataFrame] = ()) -> pd.Series:
+    """``metric`` per projection id, normalized so that matrices of different sizes compare fairly.
+
+    ``raw``: the column itself. ``per-point``: divided by the pretrained diagram's number of points (W sums over
+    points, so bigger matrices drift more by size alone). ``relative``: divided by the pretrained diagram's total
+    persistence. ``noise-z``: (drift - mean noise drift) / std of the noise drift, over ``noise`` tables of the same
+    pretrained matrices against small random perturbations (at least two).
+    """
+    if normalization not in NORMALIZATIONS:
+        raise ProfileError(f"unknown normalization {normalization!r}", f"use one of {', '.join(NORMALIZATIONS)}")
+    indexed = table.set_index("pid")
+    scores = indexed[metric].astype(float)
+    if normalization == "raw":
+        return scores
+    dim = metric[:2] if metric[:2] in ("h0", "h1") and metric[2] == "_" else None
+    if normalization in ("per-point", "relative"):
+        column = f"n_{dim}_before" if normalization == "per-point" else f"{dim}_persistence_before"
+        if dim is None or column not in indexed:
+            raise ProfileError(f"normalization {normalization!r} needs a topological column (h0_*, h1_*) of a current drift table; "
+                               f"{metric!r} has no {column!r}", "rank by e.g. h0_w1, or recompute the table with `topotuner-lab drift`")
+        return scores / indexed[column].astype(float).clip(lower=np.finfo(float).tiny)
+    if len(noise) < 2:
+        raise ProfileError(f"normalization 'noise-z' needs at least two noise drift tables, got {len(noise)}",
+                           "compute drift of the pretrained snapshot against 2+ perturbed copies (`topotuner-lab perturb --seed N`)")
+    floor = pd.concat([n.set_index("pid")[metric].astype(float).reindex(scores.index) for n in noise], axis=1)
+    if floor.isna().any().any():
+        raise ProfileError("a noise table lacks some projection ids of the drift table", "compute the noise tables from the same pretrained snapshot")
+    return (scores - floor.mean(axis=1)) / floor.std(axis=1, ddof=1).clip(lower=np.finfo(float).tiny)
+
+
+def check_table_fits(table: pd.DataFrame, identity: ModelIdentity) -> None:
+    """Refuse a drift table of another model: ids, shapes, and the pretrained weight hash it records."""
+    unknown = sorted(set(table["pid"]) - set(identity.shapes))
+    if unknown:
+        raise ProfileError(f"drift table ids {unknown[:5]} are not projections of {identity.name}", "use a drift table computed for this model")
+    differing = [p for p, r, c in zip(table["pid"], table["rows"], table["cols"]) if identity.shapes[p] != [int(r), int(c)]]
+    if differing:
+        raise ProfileError(f"drift table shapes differ from the pretrained snapshot at {differing[:5]} "
+                           f"({identity.shapes[differing[0]]} in the snapshot): the table is of another model", "use a drift table computed for this model")
+    recorded = table.attrs.get("before_hash")
+    if recorded is not None and recorded != identity.weights_hash:
+        raise ProfileError(f"drift table was computed from weights {str(recorded)[:12]}, the pretrained snapshot has {identity.weights_hash[:12]}",
+                           "build the card from the pretrained snapshot the table was computed from (or recompute the table)")
+
+
 def build_profile(
     table: pd.DataFrame,
     identity: ModelIdentity,
@@ -193,18 +308,32 @@ def build_profile(
     seed: int = 0,
     stop_threshold: float | None = None,
     drift_settings: dict[str, Any] | None = None,
+    normalization: str = "raw",
+    noise: Sequence[pd.DataFrame] = (),
 ) -> ProfileCard:
-    """Build a profile card from a drift table (one row per projection id)."""
+    """Build a profile card from a drift table (one row per projection id).
+
+    Parameters
+    ----------
+    table : drift table (``drift_table`` / ``load_table``), one row per projection id.
+    identity : the pretrained model (``ModelIdentity.from_snapshot``); the table must be of this model.
+    strategy : ``high-drift``, ``low-drift``, or the controls ``random`` and ``magnitude``.
+    metric : drift column to rank by (``magnitude`` always ranks by ``rel_frobenius``).
+    count, fraction : the budget, exactly one: a number of matrices, or a fraction in (0, 1] of all model
+        parameters (0.01 is 1%; the CLI's ``--budget`` takes percent).
+    normalization : one of ``NORMALIZATIONS`` (see :func:`normalized_scores`); ``noise`` tables for ``noise-z``.
+    """
+    from .drift import numeric_columns
+
     if strategy not in STRATEGIES:
         raise ProfileError(f"unknown strategy {strategy!r}", f"use one of {', '.join(STRATEGIES)}")
     rank_col = "rel_frobenius" if strategy == "magnitude" else metric
-    if rank_col not in table.columns:
-        numeric = [c for c in table.columns if c not in ("pid", "layer", "kind", "rows", "cols") and not c.startswith("n_h")]
-        raise ProfileError(f"drift table has no column {rank_col!r}", f"rank by one of {numeric}")
-    unknown = sorted(set(table["pid"]) - set(identity.shapes))
-    if unknown:
-        raise ProfileError(f"drift table ids {unknown[:5]} are not projections of {identity.name}", "use a drift table computed for this model")
-    scores = table.set_index("pid")[rank_col].astype(float)
+    if rank_col not in numeric_columns(table):
+        raise ProfileError(f"drift table has no measure column {rank_col!r}", f"rank by one of {numeric_columns(table)}")
+    check_table_fits(table, identity)
+    scores = normalized_scores(table, rank_col, "raw" if strategy in ("random", "magnitude") else normalization, noise)
+    if not np.isfinite(scores.to_numpy()).all():
+        raise ProfileError(f"drift column {rank_col!r} holds NaN or infinite values", "recompute the drift table from healthy snapshots")
     if strategy == "random":
         scores = pd.Series(np.random.default_rng(seed).permutation(len(scores)).astype(float), index=scores.index)
     params = param_counts(identity.shapes)
@@ -225,6 +354,7 @@ def build_profile(
         budget={"count": count} if count is not None else {"fraction": fraction},
         stop_threshold=stop_threshold,
         seed=seed,
+        normalization="raw" if strategy in ("random", "magnitude") else normalization,
     )
 
 
@@ -272,6 +402,3 @@ def apply_profile(model: torch.nn.Module, card: ProfileCard, *, check: bool = Tr
             param.register_hook(lambda grad, keep=keep: grad * keep.to(grad.dtype))
     return sorted(by_param)
 
-
-def trainable_parameter_count(model: torch.nn.Module) -> int:
-    return int(sum(p.numel() for p in model.parameters() if p.requires_grad))

@@ -62,6 +62,11 @@ class Projection:
         return weight[self.row_start : self.row_stop]
 
 
+def count_parameters(model: torch.nn.Module, *, trainable_only: bool = False) -> int:
+    """Parameters of ``model``: all of them, or only those with ``requires_grad``."""
+    return int(sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only))
+
+
 def model_type(model: torch.nn.Module) -> str:
     if hasattr(model, "get_base_model"):  # a peft wrapper
         model = model.get_base_model()
@@ -103,9 +108,12 @@ def enumerate_projections(model: torch.nn.Module) -> list[Projection]:
     return found
 
 
+PID_PATTERN = re.compile(r"L(\d+)\.([qkvo])")
+
+
 def parse_pid(pid: str) -> tuple[int, str]:
     """``"L12.q"`` -> ``(12, "q")``."""
-    match = re.fullmatch(r"L(\d+)\.([qkvo])", pid)
+    match = PID_PATTERN.fullmatch(pid) if isinstance(pid, str) else None
     if not match:
         raise ParameterError(f"{pid!r} is not a projection id", "ids look like 'L12.q' (layer number, then one of q, k, v, o)")
     return int(match.group(1)), match.group(2)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,15 +20,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .atomic import atomic_path
-from .errors import InputFileError, SnapshotMismatchError
-from .projections import enumerate_projections, model_type, parse_pid
+from .errors import InputFileError, ParameterError, SnapshotMismatchError
+from .projections import PID_PATTERN, count_parameters, enumerate_projections, model_type, parse_pid
 
 if TYPE_CHECKING:  # torch and transformers stay out of drift worker processes
     import torch
 
     from .models import LoadedModel
 
-FORMAT = "topotuner-snapshot/1"
+FORMAT = "topotuner-snapshot/2"
+LEGACY_FORMATS: tuple[str, ...] = ("topotuner-snapshot/1",)  # no metadata hash: read, with a warning
+REQUIRED_METADATA: tuple[str, ...] = ("model", "base_model", "revision", "architecture", "created", "weights_hash")
+_REEXTRACT = "extract it again with `topotuner-lab extract MODEL -o FILE`"
 
 
 def matrix_hash(matrix: np.ndarray) -> str:
@@ -58,6 +62,7 @@ class Snapshot:
     architecture: str
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     note: str = ""
+    total_params: int | None = None  # parameters of the whole model (for budgets in percent); None if unknown
 
     @property
     def weights_hash(self) -> str:
@@ -78,7 +83,8 @@ class Snapshot:
         return pd.DataFrame(rows)
 
     def metadata(self) -> dict[str, str]:
-        return {
+        """The safetensors metadata; ``meta_hash`` covers every other field, so an edited header is caught."""
+        meta = {
             "format": FORMAT,
             "model": self.model,
             "base_model": self.base_model,
@@ -86,9 +92,17 @@ class Snapshot:
             "architecture": self.architecture,
             "created": self.created,
             "note": self.note,
+            "total_params": "" if self.total_params is None else str(self.total_params),
             "weights_hash": self.weights_hash,
             "shapes": json.dumps({pid: list(s) for pid, s in self.shapes.items()}),
         }
+        return {**meta, "meta_hash": metadata_hash(meta)}
+
+
+def metadata_hash(meta: dict[str, str]) -> str:
+    """Hash of a snapshot's metadata fields (``meta_hash`` itself excluded)."""
+    fields = {k: v for k, v in meta.items() if k != "meta_hash"}
+    return hashlib.blake2b(json.dumps(fields, sort_keys=True).encode(), digest_size=16).hexdigest()
 
 
 def _ordered(matrices: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -110,7 +124,8 @@ def extract_snapshot(loaded: LoadedModel | torch.nn.Module, *, name: str | None 
     with torch.no_grad():
         matrices = {p.pid: p.matrix(model).detach().to(torch.float32).cpu().numpy().copy() for p in enumerate_projections(model)}
     base = base_model or getattr(getattr(model, "config", None), "topotuner_base_model", None) or model_name
-    return Snapshot(matrices, model_name, base, revision, model_type(model), note=note)
+    return Snapshot(matrices, model_name, base, revision, model_type(model), note=note, total_params=count_parameters(model))
+
 
 
 def save_snapshot(snapshot: Snapshot, path: str | os.PathLike[str]) -> Path:
@@ -124,7 +139,11 @@ def save_snapshot(snapshot: Snapshot, path: str | os.PathLike[str]) -> Path:
 
 
 def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
-    """Read a snapshot, with clear errors for a missing, corrupt or foreign file."""
+    """Read a snapshot and verify it: format, required metadata, shapes, weight hash and metadata hash.
+
+    Any damage (truncation, bit flips in weights or header, a foreign safetensors file) is a clear
+    :class:`InputFileError`, never a wrong number.
+    """
     from safetensors import safe_open
 
     path = Path(path)
@@ -134,20 +153,35 @@ def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
         with safe_open(str(path), framework="numpy") as handle:
             meta = handle.metadata() or {}
             matrices = {key: handle.get_tensor(key) for key in handle.keys()}
-    except Exception as exc:  # safetensors raises several types for damaged files
+    except Exception as exc:  # noqa: BLE001 - safetensors raises several types for damaged files
         raise InputFileError(
-            f"snapshot {path} is not a readable safetensors file ({exc.__class__.__name__}: {exc})",
-            "the file is corrupt or truncated: extract it again with `topotuner-lab extract`",
+            f"snapshot {path} is not a readable safetensors file ({exc.__class__.__name__}: {str(exc)[:160]})",
+            f"the file is corrupt or truncated: {_REEXTRACT}",
         ) from exc
-    if meta.get("format") != FORMAT:
-        raise InputFileError(
-            f"{path} is a safetensors file but not a TopoTuner snapshot (format={meta.get('format')!r})",
-            "extract a snapshot from the model with `topotuner-lab extract MODEL -o FILE`",
-        )
-    snap = Snapshot(_ordered(matrices), meta["model"], meta["base_model"], meta["revision"], meta["architecture"], meta["created"], meta.get("note", ""))
-    stored = meta.get("weights_hash")
-    if stored and stored != snap.weights_hash:
-        raise InputFileError(f"snapshot {path} does not match its own weight hash (damaged file)", "extract it again with `topotuner-lab extract`")
+    fmt = meta.get("format")
+    if fmt != FORMAT and fmt not in LEGACY_FORMATS:
+        raise InputFileError(f"{path} is a safetensors file but not a TopoTuner snapshot (format={fmt!r})", _REEXTRACT)
+    missing = [k for k in REQUIRED_METADATA if not meta.get(k)]
+    if missing:
+        raise InputFileError(f"snapshot {path} lacks metadata {missing}, so its integrity cannot be checked", _REEXTRACT)
+    if fmt == FORMAT and meta.get("meta_hash") != metadata_hash(meta):
+        raise InputFileError(f"snapshot {path}'s metadata does not match its own hash (edited or damaged header)", _REEXTRACT)
+    if fmt in LEGACY_FORMATS:
+        warnings.warn(f"snapshot {path} is of the older format {fmt}: its metadata is not covered by a hash; re-extract it to protect it", stacklevel=2)
+    bad = sorted(k for k, m in matrices.items() if not PID_PATTERN.fullmatch(k) or m.ndim != 2 or m.dtype != np.float32)
+    if bad:
+        raise InputFileError(f"snapshot {path} holds tensors {bad[:5]} that are not float32 projection matrices named like 'L0.q'", _REEXTRACT)
+    try:
+        total = int(meta["total_params"]) if meta.get("total_params") else None
+        recorded = {pid: tuple(shape) for pid, shape in json.loads(meta.get("shapes", "{}")).items()}
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise InputFileError(f"snapshot {path} has malformed metadata ({exc})", _REEXTRACT) from exc
+    snap = Snapshot(_ordered(matrices), meta["model"], meta["base_model"], meta["revision"], meta["architecture"], meta["created"],
+                    meta.get("note", ""), total)
+    if recorded != snap.shapes:
+        raise InputFileError(f"snapshot {path}'s tensors do not match the shapes its metadata records", _REEXTRACT)
+    if meta["weights_hash"] != snap.weights_hash:
+        raise InputFileError(f"snapshot {path} does not match its own weight hash (damaged file)", _REEXTRACT)
     return snap
 
 
@@ -156,7 +190,12 @@ def check_comparable(before: Snapshot, after: Snapshot, *, allow_other_base: boo
     if before.architecture != after.architecture or before.shapes != after.shapes:
         missing = sorted(set(before.shapes) ^ set(after.shapes))
         differing = sorted(p for p in set(before.shapes) & set(after.shapes) if before.shapes[p] != after.shapes[p])
-        detail = f"ids only in one: {missing[:6]}" if missing else f"shapes differ at {differing[:6]}"
+        if missing:
+            detail = f"ids only in one: {missing[:6]}"
+        elif differing:
+            detail = f"shapes differ at {differing[:6]} ({before.shapes[differing[0]]} vs {after.shapes[differing[0]]})"
+        else:
+            detail = f"architectures differ: {before.architecture!r} vs {after.architecture!r}"
         raise SnapshotMismatchError(
             f"snapshots are of different models: {before.model!r} ({before.architecture}, {len(before.shapes)} matrices) vs "
             f"{after.model!r} ({after.architecture}, {len(after.shapes)} matrices); {detail}",
@@ -171,6 +210,11 @@ def check_comparable(before: Snapshot, after: Snapshot, *, allow_other_base: boo
 
 def perturb_snapshot(snapshot: Snapshot, scale: float = 1e-3, seed: int = 0) -> Snapshot:
     """A copy with Gaussian noise of std ``scale`` x each matrix's std: the drift noise floor."""
+    if not (isinstance(scale, (int, float)) and np.isfinite(scale) and scale > 0):
+        raise ParameterError(f"noise scale {scale!r} is not a positive finite number", "use e.g. --scale 1e-3 (a fraction of each matrix's std)")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise ParameterError(f"seed {seed!r} is not a non-negative integer", "use e.g. --seed 0")
     rng = np.random.default_rng(seed)
     noisy = {pid: (m + rng.standard_normal(m.shape, dtype=np.float32) * np.float32(scale * float(m.std()))).astype(np.float32) for pid, m in snapshot.matrices.items()}
-    return Snapshot(noisy, f"{snapshot.model}+noise({scale:g},seed={seed})", snapshot.base_model, snapshot.revision, snapshot.architecture, note=f"perturbed: scale={scale:g} seed={seed}")
+    return Snapshot(noisy, f"{snapshot.model}+noise({scale:g},seed={seed})", snapshot.base_model, snapshot.revision, snapshot.architecture,
+                    note=f"perturbed: scale={scale:g} seed={seed}", total_params=snapshot.total_params)

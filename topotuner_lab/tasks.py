@@ -93,9 +93,17 @@ def _check_columns(spec: TaskSpec, ds: Any, where: str) -> None:
 
 
 def _label_id(spec: TaskSpec, value: Any) -> int:
-    if spec.name == "agnews" and isinstance(value, str):
+    """The label's index; a label name (AG News) or a number, checked against the task's labels."""
+    if spec.name == "agnews" and isinstance(value, str) and value in _AGNEWS_NAMES:
         return _AGNEWS_NAMES[value]
-    return int(value)
+    try:
+        label = int(value)
+    except (TypeError, ValueError):
+        label = -1
+    if not 0 <= label < len(spec.labels):
+        raise TaskError(f"label {value!r} is not one of task {spec.name!r}'s {len(spec.labels)} labels",
+                        f"give labels 0..{len(spec.labels) - 1}" + (f" or names {list(_AGNEWS_NAMES)}" if spec.name == "agnews" else ""))
+    return label
 
 
 def final_number(answer: str) -> str | None:
@@ -108,7 +116,8 @@ def final_number(answer: str) -> str | None:
 def load_task(name: str, split: str = "train", n: int | None = None, seed: int = 0, source: str | os.PathLike[str] | None = None) -> Any:
     """Rows with ``prompt``, ``target`` (text to learn), ``label`` (int, -1 for generation) as a ``datasets.Dataset``.
 
-    ``source``: None reads the offline copy; ``"hub"`` loads from the Hugging Face hub; a file path reads that file.
+    ``source``: None reads the offline copy; ``"hub"`` loads from the Hugging Face hub; a folder is read like the
+    offline copy (``sst2/train.tsv``...); a file path reads that file for the requested split.
     ``n`` rows are drawn at random with ``seed`` (the data-order seed recorded in results).
     """
     spec = get_task(name)
@@ -121,9 +130,10 @@ def load_task(name: str, split: str = "train", n: int | None = None, seed: int =
         ds, where = datasets.load_dataset(*spec.hub, split=hub_split), f"hub {spec.hub}"
     else:
         rel = dict(spec.files).get(split)
-        if rel is None and source is None:
+        folder = data_dir() if source is None else Path(source) if Path(source).is_dir() else None
+        if rel is None and folder is not None:
             raise TaskError(f"task {name!r} has no local split {split!r}", f"use one of {[s for s, _ in spec.files]}")
-        path = Path(source) if source is not None else data_dir() / rel
+        path = folder / rel if folder is not None else Path(source)
         ds, where = _read_local(spec, path), str(path)
     _check_columns(spec, ds, where)
     ds = ds.filter(lambda row: row[spec.text_column] is not None and row[spec.label_column] is not None)

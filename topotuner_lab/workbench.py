@@ -1,5 +1,6 @@
 """Steps the notebooks share, so each notebook stays a few calls: prepare the pretrained and
-fine-tuned snapshots, compute (or reuse) the drift table, and run the method comparison."""
+fine-tuned snapshots, compute (or reuse) the drift table and its noise floor, and run the method
+comparison. File names come from :class:`~topotuner_lab.workspace.WorkDir`."""
 
 from __future__ import annotations
 
@@ -8,64 +9,68 @@ from typing import Any
 
 import pandas as pd
 
-from .drift import DriftSettings, drift_table, load_table, save_table
-from .finetune import FinetuneConfig, load_results, run_finetune
+from .drift import DriftSettings, load_table
+from .finetune import FinetuneConfig
 from .models import LoadedModel, load_model
+from .noise import NoiseCheck, noise_check
 from .profiles import ModelIdentity, ProfileCard, build_profile
-from .snapshot import Snapshot, extract_snapshot, load_snapshot, save_snapshot
+from .snapshot import Snapshot, load_snapshot
+from .workspace import WorkDir, drift_table_once, finetune_once, noise_tables_once
+from .workspace import pretrained_snapshot as _pretrained_snapshot
+
+#: perturbation seeds of the noise floor (two, so a z-score against noise is defined)
+NOISE_SEEDS: tuple[int, ...] = (0, 1)
 
 
 def pretrained_snapshot(model: str, work_dir: str | Path) -> tuple[LoadedModel, Snapshot]:
-    """Load the model and write (or reuse) ``work_dir/pretrained.safetensors``."""
+    """Load the model and write (or reuse, if its weights match) ``work_dir/pretrained.safetensors``."""
     loaded = load_model(model)
-    path = Path(work_dir) / "pretrained.safetensors"
-    if path.is_file():
-        snap = load_snapshot(path)
-        if snap.weights_hash == extract_snapshot(loaded).weights_hash:
-            return loaded, snap
-    snap = extract_snapshot(loaded)
-    save_snapshot(snap, path)
-    return loaded, snap
+    return loaded, _pretrained_snapshot(loaded, WorkDir(work_dir).pretrained)
 
 
 def finetuned_snapshot(loaded: LoadedModel, work_dir: str | Path, task: str, **config: Any) -> Snapshot:
-    """Fine-tune fully on the prior ``task`` once (resumable) and return the fine-tuned snapshot."""
-    run_dir = Path(work_dir) / f"prior-{task}"
-    results = run_dir / "results.json"
-    if not results.is_file():
-        run_finetune(loaded, FinetuneConfig(method="full", task=task, output_dir=str(run_dir), save_snapshot=True, **config))
-    return load_snapshot(load_results(results)["snapshot"])
+    """Fine-tune fully on the prior ``task`` once (resumable; redone when the config changes); the fine-tuned snapshot."""
+    run_dir = WorkDir(work_dir).prior_run(task)
+    results = finetune_once(loaded, FinetuneConfig(method="full", task=task, output_dir=str(run_dir), save_snapshot=True, **config))
+    return load_snapshot(results["snapshot"])
 
 
 def load_pair(work_dir: str | Path, prior_task: str) -> tuple[Snapshot, Snapshot]:
     """The pretrained and prior-fine-tuned snapshots written by the first notebook."""
-    work = Path(work_dir)
-    return load_snapshot(work / "pretrained.safetensors"), load_snapshot(work / f"prior-{prior_task}" / "after.safetensors")
+    work = WorkDir(work_dir)
+    return load_snapshot(work.pretrained), load_snapshot(work.finetuned(prior_task))
 
 
 def model_identity(loaded: LoadedModel, snap: Snapshot) -> ModelIdentity:
-    return ModelIdentity.from_snapshot(snap, sum(p.numel() for p in loaded.model.parameters()))
+    return ModelIdentity.from_snapshot(snap)
 
 
 def cached_drift_table(before: Snapshot, after: Snapshot, path: str | Path, settings: DriftSettings | None = None) -> pd.DataFrame:
-    """The drift table at ``path``, computed once (and resumable through the drift cache)."""
-    path = Path(path)
-    if path.is_file():
-        return load_table(path)
-    table = drift_table(before, after, settings, progress=True)
-    save_table(table, path)
-    return table
+    """The drift table at ``path``, computed once (resumable through the drift cache; redone when its inputs change)."""
+    return drift_table_once(before, after, Path(path), settings)
+
+
+def noise_floor(pretrained: Snapshot, work_dir: str | Path, settings: DriftSettings | None = None) -> list[pd.DataFrame]:
+    """Drift of the pretrained matrices against perturbed copies of themselves, one table per seed in ``NOISE_SEEDS``."""
+    return noise_tables_once(pretrained, WorkDir(work_dir), NOISE_SEEDS, settings)
+
+
+def check_noise(work_dir: str | Path, prior_task: str, metric: str = "h0_w1") -> NoiseCheck:
+    """How far the prior task's drift stands above the noise floor (warns when it does not)."""
+    work = WorkDir(work_dir)
+    table = load_table(work.drift_table(prior_task))
+    noise = [load_table(work.noise_table(seed)) for seed in NOISE_SEEDS if work.noise_table(seed).is_file()]
+    return noise_check(table, noise, metric, warn=True)
 
 
 def compare_methods(loaded: LoadedModel, card: str | Path, work_dir: str | Path, task: str, methods: tuple[str, ...] = ("full", "lora", "profile"), **config: Any) -> dict[str, dict[str, Any]]:
-    """Run each method on ``task`` (LoRA at the card's budget); finished runs are reused."""
+    """Run each method on ``task`` (LoRA at the card's budget); finished runs of the same config are reused."""
+    work = WorkDir(work_dir)
     results = {}
     for method in methods:
-        out = Path(work_dir) / "compare" / task / method
-        done = out / "results.json"
         extra = {"lora_rank": "match"} if method == "lora" else {}
-        cfg = FinetuneConfig(method=method, task=task, output_dir=str(out), profile=str(card), **extra, **config)
-        results[method] = load_results(done) if done.is_file() else run_finetune(loaded, cfg)
+        cfg = FinetuneConfig(method=method, task=task, output_dir=str(work.compare_run(task, method)), profile=str(card), **extra, **config)
+        results[method] = finetune_once(loaded, cfg)
     return results
 
 
@@ -78,13 +83,14 @@ def results_frame(results: dict[str, dict[str, Any]]) -> pd.DataFrame:
 def cards_to_compare(work_dir: str | Path, card_a: str = "", card_b: str = "") -> tuple[ProfileCard, ProfileCard, tuple[str, str]]:
     """Two cards and their labels. ``card_a`` defaults to notebook 4's card; ``card_b`` to the magnitude
     control at the same budget, built from the same drift table (topology's pick against magnitude's)."""
-    work = Path(work_dir)
-    a = ProfileCard.load(card_a or work / "cards" / "profile.json")
+    work = WorkDir(work_dir)
+    a = ProfileCard.load(card_a or work.card())
     if card_b:
         b = ProfileCard.load(card_b)
     else:
-        table = load_table(work / f"drift-{a.prior_task}.parquet")
+        table = load_table(work.drift_table(a.prior_task))
         b = build_profile(table, a.model, prior_task=a.prior_task, strategy="magnitude", seed=a.seed, **a.budget)
     label = lambda c: f"{c.model.name} {c.prior_task} {c.strategy}"
     labels = (label(a), label(b))
     return a, b, labels if labels[0] != labels[1] else ("A: " + labels[0], "B: " + labels[1])
+

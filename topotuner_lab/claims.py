@@ -1,0 +1,166 @@
+"""The paper's claims checked against a comparison's results, as data: one :class:`ClaimResult` per claim and
+setting, with its estimate, bootstrap interval, threshold and verdict. :mod:`report` renders them.
+
+Only runs at each method's selected learning rate (chosen on validation data) with the linear schedule are
+compared. Where several cards compete (the best of high/low drift, the best control), the one with the best
+mean *validation* accuracy is taken, so the test set never picks a winner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .stats import INCONCLUSIVE, Interval, bootstrap_ratio, bootstrap_stat, paired_bootstrap, verdict
+
+#: accuracy a card may lose to full fine-tuning and still count as competitive (non-inferiority margin)
+COMPETITIVE_MARGIN = 0.03
+#: the paper: profile fine-tuning 20.4% faster per epoch than full FT and 5.5% faster than LoRA
+FASTER_THAN_FULL = 0.8
+FASTER_THAN_LORA = 1.0
+#: "often stops after 2-3 of 6 epochs": the median stop epoch lies in the first half of the budget
+EARLY_STOP_SHARE = 0.5
+
+TOPOLOGY = ("high-drift", "low-drift")
+CONTROLS = ("random", "magnitude")
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """One claim in one setting: what was compared, the estimate with its interval, the threshold, the verdict."""
+
+    claim: str
+    setting: str
+    measure: str
+    estimate: float
+    low: float | None
+    high: float | None
+    threshold: float
+    verdict: str
+
+    def as_row(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def method_family(run: str) -> str:
+    """``full``, ``lora`` or ``profile`` for a run name such as ``profile:high-drift@0.01``."""
+    return run.split(":")[0].split("@")[0].split("+")[0]
+
+
+def strategy_of(run: str) -> str | None:
+    """``high-drift`` for ``profile:high-drift@0.01``; None for full FT and LoRA."""
+    return run.split(":", 1)[1].split("@")[0] if run.startswith("profile:") else None
+
+
+def budget_of(run: str) -> str | None:
+    return run.split("@", 1)[1] if "@" in run else None
+
+
+def compared_runs(results: pd.DataFrame) -> pd.DataFrame:
+    """Runs at each method's selected rate with the linear schedule (sweep runs and constant-rate runs left out)."""
+    keep = results["selected"].astype(bool) & (results["schedule"].fillna("linear") == "linear") & ~results["run"].str.contains(r"\+", regex=True)
+    return results[keep]
+
+
+def _best_by_validation(group: pd.DataFrame, strategies: tuple[str, ...], budget: str | None = None) -> str | None:
+    """The run name among ``strategies`` (at ``budget``) with the best mean validation accuracy over seeds."""
+    runs = group[group["run"].map(strategy_of).isin(strategies)]
+    if budget is not None:
+        runs = runs[runs["run"].map(budget_of) == budget]
+    if runs.empty:
+        return None
+    return str(runs.groupby("run")["val_acc"].mean().idxmax())
+
+
+def _result(claim: str, setting: str, measure: str, interval: Interval, threshold: float, higher_is_better: bool = True) -> ClaimResult:
+    return ClaimResult(claim, setting, measure, interval.estimate, interval.low, interval.high, threshold,
+                       verdict(interval, threshold, higher_is_better=higher_is_better))
+
+
+def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]]) -> list[ClaimResult]:
+    """Every claim for every (prior, target) setting of ``results``.
+
+    ``correct(run_dir, key)`` returns a run's per-example correctness list (``test_correct`` or ``ood_correct_after``).
+    """
+    runs = compared_runs(results)
+    claims: list[ClaimResult] = []
+
+    def stacked(group: pd.DataFrame, name: str, seeds: list[int], key: str) -> np.ndarray:
+        rows = group[group["run"] == name].set_index("seed").loc[seeds]
+        return np.array([correct(run_dir, key) for run_dir in rows["run_dir"]])
+
+    def paired(group: pd.DataFrame, a: str, b: str, key: str = "test_correct") -> Interval:
+        seeds = sorted(set(group.loc[group["run"] == a, "seed"]) & set(group.loc[group["run"] == b, "seed"]))
+        return paired_bootstrap(stacked(group, a, seeds, key), stacked(group, b, seeds, key))
+
+    for (prior, target), group in runs.groupby(["prior", "target"], sort=False):
+        setting = f"{prior} -> {target}"
+        best = _best_by_validation(group, TOPOLOGY)
+        has_full = (group["run"] == "full").any()
+        if best and has_full:
+            claims.append(_result("competitive with full fine-tuning", setting, f"{best} - full (test accuracy)",
+                                  paired(group, best, "full"), -COMPETITIVE_MARGIN))
+            claims.append(_result("less forgetting than full FT", setting, f"{best} - full (out-of-domain accuracy after)",
+                                  paired(group, best, "full", "ood_correct_after"), 0.0))
+        for lora in sorted(group.loc[group["run"].str.startswith("lora@"), "run"].unique()):
+            card = _best_by_validation(group, TOPOLOGY, budget_of(lora))
+            if card:
+                claims.append(_result("beats LoRA at a matched budget", setting, f"{card} - {lora} (test accuracy)", paired(group, card, lora), 0.0))
+        control = _best_by_validation(group, CONTROLS)
+        if best and control:
+            claims.append(_result("topology beats the controls (not a paper claim)", setting, f"{best} - {control} (test accuracy)",
+                                  paired(group, best, control), 0.0))
+    claims += _speed_claims(runs) + _stopping_claims(results)
+    return claims
+
+
+def _speed_claims(runs: pd.DataFrame) -> list[ClaimResult]:
+    profile = runs.loc[runs["run"].str.startswith("profile:"), "sec_per_epoch"]
+    out = []
+    for name, threshold in (("full", FASTER_THAN_FULL), ("lora", FASTER_THAN_LORA)):
+        other = runs.loc[runs["run"].str.startswith(name), "sec_per_epoch"]
+        if len(profile) and len(other):
+            out.append(_result(f"faster per epoch than {'full FT' if name == 'full' else 'LoRA'}", "all settings",
+                               f"median profile / median {name} seconds per epoch", bootstrap_ratio(profile, other), threshold, higher_is_better=False))
+    return out
+
+
+def _stopping_claims(results: pd.DataFrame) -> list[ClaimResult]:
+    """Median stop epoch of the card runs (runs that never stopped count as the full budget), per schedule."""
+    out = []
+    cards = results[results["run"].str.startswith("profile:") & results["selected"].astype(bool) | results["run"].str.contains(r"\+constant", regex=True)]
+    for schedule, group in cards.groupby(cards["schedule"].fillna("linear")):
+        budget = int(group["epochs_run"].max())
+        stops = group["stop_epoch"].fillna(budget).astype(float)
+        claim = "early stopping often stops after 2-3 of 6 epochs" if schedule == "linear" else "early stopping, constant learning rate (not a paper claim)"
+        out.append(_result(claim, f"{schedule} schedule, {len(stops)} runs", f"median stop epoch of {budget} (never stopped = {budget})",
+                           bootstrap_stat(stops), EARLY_STOP_SHARE * budget, higher_is_better=False))
+    return out
+
+
+def claims_frame(claims: list[ClaimResult]) -> pd.DataFrame:
+    return pd.DataFrame([c.as_row() for c in claims])
+
+
+def summary_verdict(claims: list[ClaimResult], claim: str) -> str:
+    """One verdict for a claim over its settings: held or did not hold only when every setting agrees."""
+    verdicts = {c.verdict for c in claims if c.claim == claim}
+    return verdicts.pop() if len(verdicts) == 1 else INCONCLUSIVE
+
+
+def correct_from(out_dir: str | Path) -> Callable[[str, str], list[int]]:
+    """``correct(run_dir, key)`` reading each run's ``results.json`` under ``out_dir`` (memoized)."""
+    import json
+
+    cache: dict[str, dict] = {}
+
+    def correct(run_dir: str, key: str) -> list[int]:
+        if run_dir not in cache:
+            cache[run_dir] = json.loads((Path(out_dir) / run_dir / "results.json").read_text())
+        return cache[run_dir][key]
+
+    return correct

@@ -1,0 +1,52 @@
+"""The drift noise floor: drift of the pretrained matrices against tiny random perturbations of themselves.
+
+A ranking is only worth building on when the fine-tune's drift stands clearly above this floor (on the
+embedded Q4_1 model any change takes weights off their 4-bit grid, which alone moves the diagrams).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+
+#: below this median fine-tune / noise drift ratio a ranking is called within the noise floor
+NOISE_RATIO_MIN = 2.0
+NOISE_SCALE = 1e-3
+
+
+@dataclass(frozen=True)
+class NoiseCheck:
+    """How far a drift column stands above its noise floor."""
+
+    metric: str
+    ratio: float  # median fine-tune drift / median noise drift
+    share_above: float  # share of matrices whose drift exceeds every noise draw of that matrix
+
+    @property
+    def within_noise(self) -> bool:
+        return not self.ratio >= NOISE_RATIO_MIN
+
+    @property
+    def message(self) -> str:
+        head = f"noise check on {self.metric}: fine-tune drift is {self.ratio:.2f}x the noise floor (median); " \
+               f"{100 * self.share_above:.0f}% of matrices drift more than every noise draw"
+        if self.within_noise:
+            return (f"WARNING: {head}. The ranking is within the noise floor (ratio < {NOISE_RATIO_MIN:g}): a card built from it ranks noise. "
+                    "Fine-tune the prior task longer or with a higher learning rate, then recompute the drift.")
+        return head + "."
+
+
+def noise_check(table: pd.DataFrame, noise: Sequence[pd.DataFrame], metric: str = "h0_w1", *, warn: bool = False) -> NoiseCheck:
+    """Compare ``table[metric]`` with the same column of the ``noise`` tables (one per perturbation seed)."""
+    drift = table.set_index("pid")[metric].astype(float)
+    floor = pd.concat([n.set_index("pid")[metric].astype(float).reindex(drift.index) for n in noise], axis=1)
+    ratio = float(drift.median() / max(float(np.nanmedian(floor.to_numpy())), np.finfo(float).tiny))
+    check = NoiseCheck(metric, ratio, float((drift > floor.max(axis=1)).mean()))
+    if warn and check.within_noise:
+        warnings.warn(check.message, stacklevel=2)
+    return check

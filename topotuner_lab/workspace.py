@@ -1,0 +1,174 @@
+"""One place for the layout of a work folder and for "reuse a finished step, or compute it".
+
+The notebooks, :mod:`workbench`, :mod:`experiments` and :mod:`report` all read and write the same
+files (pretrained snapshot, prior fine-tunes, drift tables, cards, runs); their names live here only.
+A finished step is reused only after it loads cleanly and passes its check (the same weights, the
+same settings, the same config); anything else is computed again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .errors import TopoTunerError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .drift import DriftSettings
+    from .finetune import FinetuneConfig
+    from .models import LoadedModel
+    from .snapshot import Snapshot
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class WorkDir:
+    """Paths inside a work folder (``runs/workbench``, ``runs/reproduce-cpu-small``, ...)."""
+
+    root: Path
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        object.__setattr__(self, "root", Path(root))
+
+    @property
+    def pretrained(self) -> Path:
+        return self.root / "pretrained.safetensors"
+
+    def prior_run(self, task: str) -> Path:
+        """The full fine-tune on a prior task whose drift ranks the projections."""
+        return self.root / f"prior-{task}"
+
+    def finetuned(self, task: str) -> Path:
+        return self.prior_run(task) / "after.safetensors"
+
+    def drift_table(self, task: str) -> Path:
+        return self.root / f"drift-{task}.parquet"
+
+    def drift_tables(self) -> list[Path]:
+        """The prior tasks' drift tables present, sorted."""
+        return sorted(self.root.glob("drift-*.parquet"))
+
+    @staticmethod
+    def prior_task_of(table: Path) -> str:
+        return table.stem.removeprefix("drift-")
+
+    def noise_table(self, seed: int) -> Path:
+        """Drift of the pretrained snapshot against a perturbed copy (noise floor), one per seed."""
+        return self.root / "noise" / f"noise-{seed}.parquet"
+
+    @property
+    def cards(self) -> Path:
+        return self.root / "cards"
+
+    def card(self, name: str = "profile") -> Path:
+        return self.cards / f"{name}.json"
+
+    def compare_run(self, task: str, method: str) -> Path:
+        return self.root / "compare" / task / method
+
+    def early_stopping_run(self, task: str) -> Path:
+        return self.root / "early-stopping" / task
+
+    def model(self, name: str) -> WorkDir:
+        """The work folder of a further model (drift only) inside this one."""
+        return WorkDir(self.root / "models" / name)
+
+    def models(self) -> list[WorkDir]:
+        return [WorkDir(p) for p in sorted((self.root / "models").glob("*")) if p.is_dir()]
+
+    def target_run(self, prior: str, tag: str, name: str) -> Path:
+        return self.root / "runs" / f"prior-{prior}" / tag / name.replace(":", "-").replace("@", "-")
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results.csv"
+
+    @property
+    def preset(self) -> Path:
+        return self.root / "preset.json"
+
+
+def reuse_or_compute(path: Path, load: Callable[[Path], T], compute: Callable[[], T], *, valid: Callable[[T], bool] = lambda _: True,
+                     log: Callable[[str], None] = lambda _: None) -> T:
+    """``load(path)`` when the file is there, loads cleanly and passes ``valid``; else ``compute()`` (which writes it)."""
+    if path.exists():
+        try:
+            found = load(path)
+        except TopoTunerError as exc:
+            log(f"recompute (unreadable): {path}: {exc.problem}")
+        else:
+            if valid(found):
+                log(f"skip (done): {path}")
+                return found
+            log(f"recompute (stale: made from other inputs or settings): {path}")
+    return compute()
+
+
+def pretrained_snapshot(loaded: LoadedModel, path: Path) -> Snapshot:
+    """The model's snapshot at ``path``, reused only if its weights are this model's."""
+    from .snapshot import extract_snapshot, load_snapshot, save_snapshot
+
+    fresh = extract_snapshot(loaded)
+
+    def write() -> Snapshot:
+        save_snapshot(fresh, path)
+        return fresh
+
+    return reuse_or_compute(path, load_snapshot, write, valid=lambda snap: snap.weights_hash == fresh.weights_hash)
+
+
+def _same_config(done: dict[str, Any], cfg: FinetuneConfig) -> bool:
+    ignore = ("output_dir", "keep_checkpoints")
+    recorded = {k: v for k, v in (done.get("config") or {}).items() if k not in ignore}
+    return recorded == {k: v for k, v in asdict(cfg).items() if k not in ignore}
+
+
+def finetune_once(loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """``run_finetune(loaded, cfg)`` unless its folder already holds results of this very config (then those)."""
+    from .finetune import load_results, run_finetune
+
+    out = Path(cfg.output_dir)
+
+    def run() -> dict[str, Any]:
+        if (out / "results.json").exists():  # a stale run: its checkpoints belong to another config
+            for checkpoint in out.glob("checkpoint-*"):
+                shutil.rmtree(checkpoint)
+        log(f"run: {out}")
+        return run_finetune(loaded, cfg)
+
+    return reuse_or_compute(out / "results.json", load_results, run, valid=lambda done: _same_config(done, cfg), log=log)
+
+
+def drift_table_once(before: Snapshot, after: Snapshot, path: Path, settings: DriftSettings | None = None, **kwargs: Any) -> pd.DataFrame:
+    """The drift table at ``path``, reused only if it was computed from ``before``'s weights with ``settings``."""
+    import json
+
+    from .drift import DriftSettings, drift_table, load_table, save_table
+
+    settings = settings or DriftSettings()
+
+    def compute() -> pd.DataFrame:
+        table = drift_table(before, after, settings, progress=True, **kwargs)
+        save_table(table, path)
+        return table
+
+    def valid(table: pd.DataFrame) -> bool:
+        return table.attrs.get("before_hash") == before.weights_hash and table.attrs.get("after_hash") == after.weights_hash \
+            and table.attrs.get("settings") == json.dumps(settings.key())
+
+    return reuse_or_compute(path, load_table, compute, valid=valid)
+
+
+def noise_tables_once(pre: Snapshot, work: WorkDir, seeds: Sequence[int], settings: DriftSettings | None = None) -> list[pd.DataFrame]:
+    """Drift of ``pre`` against a perturbed copy of itself per seed (the noise floor), each table computed once."""
+    from .noise import NOISE_SCALE
+    from .snapshot import perturb_snapshot
+
+    return [drift_table_once(pre, perturb_snapshot(pre, NOISE_SCALE, seed), work.noise_table(seed), settings) for seed in seeds]
