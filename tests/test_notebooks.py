@@ -33,7 +33,10 @@ def test_all_notebooks_run_headlessly_on_the_tiny_profile(tmp_path):
         assert sum(len(c.outputs) for c in code) > 0, f"{path.name} produced no output"
     for stems in EXPECTED_FIGURES.values():
         for stem in stems:
-            assert (tmp_path / "figures" / f"{stem}.html").stat().st_size > 100_000, stem
+            html = (tmp_path / "figures" / f"{stem}.html").read_text()
+            assert 'src="plotly.min.js"' in html and len(html) < 500_000, stem  # the page loads the one shared plotly.js
+    assert (tmp_path / "figures" / "plotly.min.js").stat().st_size > 1_000_000  # offline: plotly.js itself, once
+    assert len(list((tmp_path / "figures").glob("plotly*.js"))) == 1
     card = json.loads((tmp_path / "work" / "cards" / "profile.json").read_text())
     assert card["model"]["name"] == "tiny-llama" and card["trainable"]
     results = json.loads((tmp_path / "work" / "compare" / "agnews" / "profile" / "results.json").read_text())
@@ -48,8 +51,8 @@ def test_failing_cell_names_notebook_cell_and_error(tmp_path):
 
 
 def test_parameter_types_are_checked(tmp_path):
-    with pytest.raises(ParameterError, match="'n_train' of 01_extract.ipynb expects int, got 'many'"):
-        run_notebooks("tiny", tmp_path, {"n_train": "many"}, names=("01_extract.ipynb",))
+    with pytest.raises(ParameterError, match="'prior_n_train' of 01_extract.ipynb expects int, got 'many'"):
+        run_notebooks("tiny", tmp_path, {"prior_n_train": "many"}, names=("01_extract.ipynb",))
     with pytest.raises(ParameterError, match="no notebook has parameter"):
         run_notebooks("tiny", tmp_path, {"learning_rat": "1"}, names=("01_extract.ipynb",))
     with pytest.raises(ParameterError, match="unknown notebook profile"):

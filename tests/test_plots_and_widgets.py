@@ -43,8 +43,11 @@ def test_heatmap_grid_matches_table(table):
 
 def test_save_figure_html_is_offline(tmp_path, table):
     files = plots.save_figure(plots.drift_heatmaps(table, ["h0_w1"]), tmp_path / "heat", png=False)
+    plots.save_figure(plots.drift_heatmaps(table, ["h1_w1"]), tmp_path / "heat1", png=False)
     html = files[0].read_text()
-    assert files == [tmp_path / "heat.html"] and '<script src="http' not in html and len(html) > 1_000_000  # plotly.js inlined
+    assert files == [tmp_path / "heat.html"] and '<script src="http' not in html and 'src="plotly.min.js"' in html and len(html) < 200_000
+    js = tmp_path / "plotly.min.js"  # one local copy for every figure in the folder: offline, and no 4.8 MB per figure
+    assert js.stat().st_size > 1_000_000 and sorted(p.name for p in tmp_path.iterdir()) == ["heat.html", "heat1.html", "plotly.min.js"]
 
 
 def test_projection_picker():
@@ -59,6 +62,8 @@ def test_projection_picker():
 def test_profile_builder_follows_controls(table, tiny_llama, tmp_path):
     identity = ModelIdentity.of(tiny_llama.model, "tiny-llama")
     builder = ProfileBuilder(table, identity, "sst2", tmp_path)
+    assert builder.normalization.value == "per-point" and "noise-z" not in builder.normalization.options  # no noise tables given
+    builder.normalization.value = "raw"
     builder.mode.value = "count"
     builder.count.value = 3
     assert len(builder.card.trainable) == 3 and builder.card.metric == "h0_w1"
@@ -67,6 +72,9 @@ def test_profile_builder_follows_controls(table, tiny_llama, tmp_path):
     builder.strategy.value = "low-drift"
     expected = set(table.nsmallest(3, "h1_w1").pid)
     assert set(builder.card.trainable) == expected and builder.card.metric == "h1_w1"
+    builder.normalization.value = "per-point"
+    per_point = table.assign(score=table["h1_w1"] / table["n_h1_before"])
+    assert set(builder.card.trainable) == set(per_point.nsmallest(3, "score").pid) and builder.card.normalization == "per-point"
     builder.mode.value = "percent"
     builder.percent.value = 0.1  # below one matrix: the error is shown, no card
     assert builder.card is None and "below the smallest projection" in builder.status.value

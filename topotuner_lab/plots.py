@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .card_compare import CardComparison
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
-#: The offline renderer: plotly's JSON mimetype for JupyterLab, plus inlined plotly.js for HTML export.
+#: The offline renderer in notebooks: plotly's JSON mimetype for JupyterLab, plus inlined plotly.js for nbconvert HTML export.
 OFFLINE_RENDERER = "plotly_mimetype+notebook"
 
 
@@ -195,15 +195,31 @@ def _write_png(fig: go.Figure, path: Path, attempts: int = 3) -> None:
             warnings.warn(f"PNG export failed ({exc.__class__.__name__}), retrying ({attempt}/{attempts})", stacklevel=2)
 
 
-def save_figure(fig: go.Figure, stem: str | os.PathLike[str], png: bool = True) -> list[Path]:
-    """Write ``stem.html`` (plotly.js inlined: works offline) and, with a local Chromium, ``stem.png``.
+PLOTLY_JS = "plotly.min.js"
 
-    Returns the files written. Without Chromium the PNG is not written and a warning says why.
+
+def _plotly_js_beside(folder: Path) -> None:
+    """One copy of plotly.js per figures folder (what ``include_plotlyjs="directory"`` pages load), written atomically."""
+    target = folder / PLOTLY_JS
+    if not target.is_file():
+        from plotly.offline import get_plotlyjs
+
+        with atomic_path(target) as tmp:
+            tmp.write_text(get_plotlyjs(), encoding="utf-8")
+
+
+def save_figure(fig: go.Figure, stem: str | os.PathLike[str], png: bool = True) -> list[Path]:
+    """Write ``stem.html`` and, with a local Chromium, ``stem.png``.
+
+    The HTML loads ``plotly.min.js`` from its own folder (one copy shared by all figures there, works
+    offline). Returns the files written. Without Chromium the PNG is not written and a warning says why.
     """
     stem = Path(stem)
     written = []
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    _plotly_js_beside(stem.parent)
     with atomic_path(stem.with_suffix(".html")) as tmp:
-        fig.write_html(tmp, include_plotlyjs=True, full_html=True)
+        fig.write_html(tmp, include_plotlyjs="directory", full_html=True)
     written.append(stem.with_suffix(".html"))
     if png:
         browser = chromium_path()

@@ -16,7 +16,8 @@ import plotly.graph_objects as go
 from . import atomic
 from .errors import ProfileError
 from .plots import drift_heatmaps, update_figure_widget
-from .profiles import STRATEGIES, ModelIdentity, ProfileCard, build_profile
+from .noise import noise_check
+from .profiles import NORMALIZATIONS, STRATEGIES, ModelIdentity, ProfileCard, build_profile
 from .projections import parse_pid
 
 
@@ -48,9 +49,10 @@ class ProfileBuilder(w.VBox):
     trainable-parameter count follow every change; *Save* writes the card, its Markdown view
     and the Spectrum/axolotl YAML."""
 
-    def __init__(self, table: pd.DataFrame, identity: ModelIdentity, prior_task: str, out_dir: str | Path = ".", *, stop_threshold: float | None = None, seed: int = 0) -> None:
+    def __init__(self, table: pd.DataFrame, identity: ModelIdentity, prior_task: str, out_dir: str | Path = ".", *, stop_threshold: float | None = None,
+                 seed: int = 0, noise: Sequence[pd.DataFrame] = ()) -> None:
         self.table, self.identity, self.prior_task, self.out_dir = table, identity, prior_task, Path(out_dir)
-        self.stop_threshold, self.seed = stop_threshold, seed
+        self.stop_threshold, self.seed, self.noise = stop_threshold, seed, list(noise)
         dims = sorted({int(c[1]) for c in table.columns if c.startswith("h") and c[1].isdigit()})
         orders = sorted({c.split("_w")[1] for c in table.columns if "_w" in c})
         self.strategy = w.Dropdown(options=list(STRATEGIES), value="high-drift", description="strategy")
@@ -59,13 +61,18 @@ class ProfileBuilder(w.VBox):
         self.count = w.IntSlider(value=4, min=1, max=len(table), description="matrices")
         self.dim = w.Dropdown(options=dims, value=dims[0], description="H dim")
         self.order = w.Dropdown(options=orders + (["bottleneck"] if any(c.endswith("_bottleneck") for c in table.columns) else []), value=orders[0], description="metric")
+        usable = [n for n in NORMALIZATIONS if n != "noise-z" or len(self.noise) >= 2]
+        self.normalization = w.Dropdown(options=usable, value="per-point" if "per-point" in usable else usable[0], description="normalize")
         self.status = w.HTML()
         self.plot = go.FigureWidget()
         self.save_button = w.Button(description="Save profile card", button_style="success", icon="save")
         self.save_button.on_click(lambda _b: self.save())
         self.card: ProfileCard | None = None
-        super().__init__([w.HBox([self.strategy, self.mode]), w.HBox([self.percent, self.count]), w.HBox([self.dim, self.order]), self.status, self.save_button, self.plot])
-        for control in (self.strategy, self.mode, self.percent, self.count, self.dim, self.order):
+        self.check = None
+        self.noise_status = w.HTML()
+        super().__init__([w.HBox([self.strategy, self.mode]), w.HBox([self.percent, self.count]), w.HBox([self.dim, self.order, self.normalization]),
+                          self.noise_status, self.status, self.save_button, self.plot])
+        for control in (self.strategy, self.mode, self.percent, self.count, self.dim, self.order, self.normalization):
             control.observe(lambda _c: self.refresh(), names="value")
         self.refresh()
 
@@ -80,12 +87,15 @@ class ProfileBuilder(w.VBox):
         budget = {"fraction": self.percent.value / 100} if self.mode.value == "percent" else {"count": self.count.value}
         try:
             self.card = build_profile(self.table, self.identity, prior_task=self.prior_task, strategy=self.strategy.value, metric=self.metric,
-                                      seed=self.seed, stop_threshold=self.stop_threshold, **budget)
+                                      seed=self.seed, stop_threshold=self.stop_threshold, normalization=self.normalization.value, noise=self.noise, **budget)
         except ProfileError as exc:
             self.card = None
             self.status.value = f"<b style='color:#b00'>{exc.problem}</b> — {exc.fix}"
             return None
         c = self.card
+        self.check = noise_check(self.table, self.noise, c.metric) if self.noise and c.metric in self.noise[0] else None
+        color = "#b00" if self.check is not None and self.check.within_noise else "#555"
+        self.noise_status.value = f"<span style='color:{color}'>{self.check.message}</span>" if self.check is not None else ""
         self.status.value = f"<b>{len(c.trainable)}</b> trainable projections, <b>{c.trainable_params:,}</b> parameters (<b>{100 * c.trainable_fraction:.2f}%</b>): {', '.join(c.trainable)}"
         update_figure_widget(self.plot, drift_heatmaps(self.table, [c.metric], title=f"{c.strategy} selection by {c.metric}", selected=c.trainable))
         return c

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from .drift import DriftSettings, load_table
-from .finetune import FinetuneConfig
+from .finetune import FinetuneConfig, load_results
 from .models import LoadedModel, load_model
 from .noise import NoiseCheck, noise_check
 from .profiles import ModelIdentity, ProfileCard, build_profile
@@ -63,15 +63,27 @@ def check_noise(work_dir: str | Path, prior_task: str, metric: str = "h0_w1") ->
     return noise_check(table, noise, metric, warn=True)
 
 
-def compare_methods(loaded: LoadedModel, card: str | Path, work_dir: str | Path, task: str, methods: tuple[str, ...] = ("full", "lora", "profile"), **config: Any) -> dict[str, dict[str, Any]]:
-    """Run each method on ``task`` (LoRA at the card's budget); finished runs of the same config are reused."""
+def compare_methods(loaded: LoadedModel, card: str | Path, work_dir: str | Path, task: str, methods: tuple[str, ...] = ("full", "lora", "profile"),
+                    *, stop_threshold: float | None = None, **config: Any) -> dict[str, dict[str, Any]]:
+    """Run each method on ``task`` (LoRA at the card's budget); finished runs of the same config are reused.
+
+    With ``stop_threshold`` the profile run also records topological early stopping (observe mode, test accuracy
+    every epoch), so notebook 6 reads it instead of training the same run again.
+    """
     work = WorkDir(work_dir)
     results = {}
     for method in methods:
-        extra = {"lora_rank": "match"} if method == "lora" else {}
+        extra: dict[str, Any] = {"lora_rank": "match"} if method == "lora" else {}
+        if method == "profile" and stop_threshold is not None:
+            extra.update(stop_threshold=stop_threshold, observe_only=True, eval_each_epoch=True)
         cfg = FinetuneConfig(method=method, task=task, output_dir=str(work.compare_run(task, method)), profile=str(card), **extra, **config)
         results[method] = finetune_once(loaded, cfg)
     return results
+
+
+def compared_run(work_dir: str | Path, task: str, method: str = "profile") -> dict[str, Any]:
+    """The results of one run of notebook 5's comparison (a clear error if notebook 5 has not run)."""
+    return load_results(WorkDir(work_dir).compare_run(task, method) / "results.json")
 
 
 def results_frame(results: dict[str, dict[str, Any]]) -> pd.DataFrame:

@@ -73,9 +73,6 @@ class WorkDir:
     def compare_run(self, task: str, method: str) -> Path:
         return self.root / "compare" / task / method
 
-    def early_stopping_run(self, task: str) -> Path:
-        return self.root / "early-stopping" / task
-
     def model(self, name: str) -> WorkDir:
         """The work folder of a further model (drift only) inside this one."""
         return WorkDir(self.root / "models" / name)
