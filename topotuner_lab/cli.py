@@ -275,9 +275,18 @@ def _stop_workers() -> None:
         get_reusable_executor().shutdown(wait=False, kill_workers=True)
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None) -> None:
+    """Warnings as one line on stderr (no source line, no file position)."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (0 ok, 2 user error, 130 interrupted, 1 internal error)."""
     args = build_parser().parse_args(argv)
+    import warnings
+
+    shown = warnings.showwarning
+    warnings.showwarning = _show_warning
     if getattr(args, "command", None) == "reproduce" and args.output is None:
         args.output = f"runs/reproduce-{args.preset}"
     if getattr(args, "command", None) == "run-notebooks" and args.output is None:
@@ -303,6 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "and report it", file=sys.stderr)
         return 1
     finally:
+        warnings.showwarning = shown
         signal.signal(signal.SIGTERM, previous)
         _stop_workers()
     return 0

@@ -7,6 +7,7 @@ copy to the user cache (``$TOPOTUNER_CACHE`` or ``~/.cache/topotuner_lab``); lat
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -168,6 +169,10 @@ def load_model(spec: str | os.PathLike[str] | None = None, *, revision: str | No
         return load_embedded(spec)
     if spec in TINY_MODELS:
         return build_tiny_model(spec)
+    close = difflib.get_close_matches(spec, [*PACKAGED_MODELS, *TINY_MODELS], n=1, cutoff=0.8)
+    if close and "/" not in spec and not Path(spec).exists():
+        raise ModelLoadError(f"unknown model {spec!r}", f"did you mean {close[0]!r}? Known names: {', '.join([*PACKAGED_MODELS, *TINY_MODELS])}; "
+                             "or pass a folder, a .gguf file or a hub id 'org/name'")
     path = Path(spec).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import warnings
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from collections.abc import Sequence
@@ -291,7 +292,10 @@ def check_table_fits(table: pd.DataFrame, identity: ModelIdentity) -> None:
         raise ProfileError(f"drift table shapes differ from the pretrained snapshot at {differing[:5]} "
                            f"({identity.shapes[differing[0]]} in the snapshot): the table is of another model", "use a drift table computed for this model")
     recorded = table.attrs.get("before_hash")
-    if recorded is not None and recorded != identity.weights_hash:
+    if recorded is None:
+        warnings.warn("the drift table records no pretrained weight hash (a CSV table, or one written by an older version): only its ids "
+                      "and shapes were checked against the pretrained snapshot; Parquet tables carry the hash", stacklevel=2)
+    elif recorded != identity.weights_hash:
         raise ProfileError(f"drift table was computed from weights {str(recorded)[:12]}, the pretrained snapshot has {identity.weights_hash[:12]}",
                            "build the card from the pretrained snapshot the table was computed from (or recompute the table)")
 
