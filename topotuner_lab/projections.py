@@ -8,6 +8,7 @@ are the output neurons; GPT-2's fused, transposed ``c_attn`` is split into q, k 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -51,6 +52,11 @@ class Projection:
     row_start: int = 0  # rows [row_start, row_stop) of the (out x in) matrix; fused q/k/v
     row_stop: int | None = None
 
+    def from_weight(self, weight: torch.Tensor) -> torch.Tensor:
+        """This projection's (out x in) rows of a stored weight tensor (transposed and sliced as needed)."""
+        weight = weight.T if self.transposed else weight
+        return weight[self.row_start : self.row_stop]
+
     def matrix(self, model: torch.nn.Module) -> torch.Tensor:
         """The projection as an (out x in) tensor; under a LoRA adapter, the merged weight W + BA."""
         weight = model.get_parameter(self.param_name)
@@ -58,8 +64,7 @@ class Projection:
             lora_layer = model.get_submodule(self.param_name.rsplit(".base_layer.", 1)[0])
             for adapter in getattr(lora_layer, "active_adapters", []):
                 weight = weight + lora_layer.get_delta_weight(adapter)
-        weight = weight.T if self.transposed else weight
-        return weight[self.row_start : self.row_stop]
+        return self.from_weight(weight)
 
 
 def count_parameters(model: torch.nn.Module, *, trainable_only: bool = False) -> int:
@@ -76,7 +81,11 @@ def model_type(model: torch.nn.Module) -> str:
 
 def enumerate_projections(model: torch.nn.Module) -> list[Projection]:
     """All attention projections of ``model``, ordered by layer then q, k, v, o."""
-    mtype = model_type(model)
+    return projections_in(((name, tuple(p.shape)) for name, p in model.named_parameters()), model_type(model))
+
+
+def projections_in(named_shapes: Iterable[tuple[str, tuple[int, ...]]], mtype: str) -> list[Projection]:
+    """The attention projections among parameter (or checkpoint tensor) names and shapes of a ``mtype`` model."""
     if mtype not in ARCHITECTURES:
         raise UnsupportedArchitectureError(
             f"architecture {mtype!r} is not supported for attention-projection enumeration",
@@ -86,7 +95,7 @@ def enumerate_projections(model: torch.nn.Module) -> list[Projection]:
     pattern, kinds = ARCHITECTURES[mtype]
     regex = re.compile(pattern)
     found: list[Projection] = []
-    for name, param in model.named_parameters():
+    for name, shape in named_shapes:
         match = regex.search(name)
         if not match:
             continue
@@ -94,7 +103,7 @@ def enumerate_projections(model: torch.nn.Module) -> list[Projection]:
         raw = next(g for g in match.groups()[1:] if g)
         kind = kinds[raw]
         if kind == "qkv":  # GPT-2: Conv1D weight (in, 3*out), q/k/v stacked along out
-            width = param.shape[1] // 3
+            width = shape[1] // 3
             for i, sub in enumerate("qkv"):
                 found.append(Projection(f"L{layer}.{sub}", layer, sub, name, True, i * width, (i + 1) * width))
         else:

@@ -44,10 +44,15 @@ def matrix_hash(matrix: np.ndarray) -> str:
 
 def weights_hash(matrices: dict[str, np.ndarray]) -> str:
     """Hash of all matrices of a snapshot, in id order: the model's weight fingerprint."""
+    return combine_hashes({pid: matrix_hash(m) for pid, m in matrices.items()})
+
+
+def combine_hashes(hashes: dict[str, str]) -> str:
+    """The weight fingerprint from each matrix's :func:`matrix_hash` (so a streamed snapshot needs no matrix kept)."""
     digest = hashlib.blake2b(digest_size=16)
-    for pid in sorted(matrices):
+    for pid in sorted(hashes):
         digest.update(pid.encode())
-        digest.update(matrix_hash(matrices[pid]).encode())
+        digest.update(hashes[pid].encode())
     return digest.hexdigest()
 
 
@@ -138,11 +143,30 @@ def save_snapshot(snapshot: Snapshot, path: str | os.PathLike[str]) -> Path:
     return path
 
 
+def _memory_mapped(path: Path) -> dict[str, np.ndarray]:
+    """The float32 tensors of a safetensors file as read-only memory maps (pages load on use, never all at once)."""
+    import struct
+
+    with open(path, "rb") as fh:
+        (size,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(size))
+    header.pop("__metadata__", None)
+    out = {}
+    for key, entry in header.items():
+        start, stop = entry["data_offsets"]
+        shape = tuple(entry["shape"])
+        if entry["dtype"] != "F32" or stop - start != 4 * int(np.prod(shape)):
+            raise ValueError(f"tensor {key!r} is {entry['dtype']} {shape}, not float32 of that shape")
+        out[key] = np.memmap(path, dtype=np.float32, mode="r", offset=8 + size + start, shape=shape) if stop > start else np.zeros(shape, np.float32)
+    return out
+
+
 def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
     """Read a snapshot and verify it: format, required metadata, shapes, weight hash and metadata hash.
 
     Any damage (truncation, bit flips in weights or header, a foreign safetensors file) is a clear
-    :class:`InputFileError`, never a wrong number.
+    :class:`InputFileError`, never a wrong number. The matrices are read-only memory maps of the file, so
+    an 8B model's snapshot does not need its ~5 GB in memory at once (worker processes share the pages).
     """
     from safetensors import safe_open
 
@@ -150,9 +174,9 @@ def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
     if not path.is_file():
         raise InputFileError(f"snapshot {path} does not exist", "create it with `topotuner-lab extract MODEL -o FILE` (or check the path)")
     try:
-        with safe_open(str(path), framework="numpy") as handle:
+        with safe_open(str(path), framework="numpy") as handle:  # validates the header against the file's size
             meta = handle.metadata() or {}
-            matrices = {key: handle.get_tensor(key) for key in handle.keys()}
+        matrices = _memory_mapped(path)
     except Exception as exc:  # noqa: BLE001 - safetensors raises several types for damaged files
         raise InputFileError(
             f"snapshot {path} is not a readable safetensors file ({exc.__class__.__name__}: {str(exc)[:160]})",
