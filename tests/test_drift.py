@@ -133,3 +133,12 @@ def test_spectral_norm_matches_full_svd(rng):
         assert spectral_norm(m) == pytest.approx(exact, rel=1e-6)  # float64 input, the stated tolerance
         assert spectral_norm(m.astype(np.float32)) == pytest.approx(exact, rel=1e-5)  # float32 products
     assert spectral_norm(np.zeros((10, 10))) == 0.0
+
+
+def test_dask_local_cluster_gives_the_same_table_bit_for_bit(tiny_snapshot, tmp_path):
+    noisy = perturb_snapshot(tiny_snapshot, 0.05)
+    local = drift_table(tiny_snapshot, noisy, n_jobs=1, cache=DriftCache(None))
+    shared = DriftCache(tmp_path / "shared-cache")
+    distributed = drift_table(tiny_snapshot, noisy, n_jobs=2, cache=shared, scheduler="local")
+    pd.testing.assert_frame_equal(distributed, local, check_exact=True)
+    assert len(list((tmp_path / "shared-cache" / "rows").rglob("*.json"))) == 8  # the workers wrote the shared cache

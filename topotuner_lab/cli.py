@@ -66,7 +66,7 @@ def _cmd_drift(args: argparse.Namespace) -> None:
     cache.check_writable()
     start = time.perf_counter()
     table = drift_table(load_snapshot(args.before), load_snapshot(args.after), settings, n_jobs=jobs, cache=cache, progress=True,
-                        allow_other_base=args.allow_other_base)
+                        allow_other_base=args.allow_other_base, scheduler=args.scheduler)
     save_table(table, args.output)
     print(f"wrote {args.output}: {len(table)} projections in {time.perf_counter() - start:.1f} s")
 
@@ -233,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--cache", default=None, help="cache folder (default: ~/.cache/topotuner_lab/drift)")
     dr.add_argument("--no-cache", action="store_true", help="compute everything, store nothing")
     dr.add_argument("--allow-other-base", action="store_true", help="allow snapshots whose base models differ")
+    dr.add_argument("--scheduler", default=None, help="'local' for a Dask LocalCluster of --jobs workers, or a Dask scheduler address "
+                    "(tcp://host:8786) to spread the table over a cluster; the cache must be a path every worker sees")
     dr.set_defaults(func=_cmd_drift)
 
     pr = sub.add_parser("profile", help="build a profile card from a drift table")

@@ -14,6 +14,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -226,9 +227,26 @@ def drift_between(
     n_jobs: int = 2,
     cache: DriftCache | None = None,
     progress: bool = False,
+    scheduler: str | None = None,
 ) -> pd.DataFrame:
-    """Drift table between two dicts of matrices keyed by projection id (same ids and shapes)."""
-    from joblib import Parallel, delayed
+    """Drift table between two dicts of matrices keyed by projection id (same ids and shapes).
+
+    Parameters
+    ----------
+    before, after : projection id -> (rows, cols) float32 matrix, e.g. ``Snapshot.matrices``.
+    settings : what to measure (default :class:`DriftSettings`).
+    pids : the ids to compute (default: all of ``before``).
+    n_jobs : worker processes on this machine (capped at the core count); with ``scheduler="local"``, Dask workers.
+    cache : the on-disk cache (default under ``$TOPOTUNER_CACHE``); ``DriftCache(None)`` disables it. With a Dask
+        cluster it must be a path every worker sees.
+    scheduler : None for local joblib processes; ``"local"`` for a Dask ``LocalCluster``; a Dask scheduler address
+        (``tcp://host:8786``) to spread the pairs over a cluster. The table is the same in every case.
+
+    Returns
+    -------
+    One row per id: ``pid``, ``layer``, ``kind``, ``rows``, ``cols``, the drift columns of ``settings``, diagram sizes
+    (``n_h{k}_before/after``), the pretrained diagrams' total persistence and the magnitude baselines.
+    """
     from tqdm.auto import tqdm
 
     settings = settings or DriftSettings()
@@ -250,11 +268,39 @@ def drift_between(
             pending.append(pid)
     pending.sort(key=lambda p: -before[p].shape[0])  # big matrices first: better load balance
     if pending:
-        jobs = (delayed(_pid_values)(pid, before[pid], after[pid], settings, cache, hashes[pid]) for pid in pending)
-        results = Parallel(n_jobs=min(n_jobs, len(pending)), return_as="generator_unordered")(jobs)
+        work = [(pid, before[pid], after[pid], settings, cache, hashes[pid]) for pid in pending]
+        results = _run_dask(work, scheduler, n_jobs) if scheduler else _run_joblib(work, n_jobs)
         for pid, row in tqdm(results, total=len(pending), desc="drift", unit="matrix", disable=not progress):
             values[pid] = row
     return pd.DataFrame([_with_id(pid, values[pid]) for pid in pids])
+
+
+def _run_joblib(work: list[tuple[Any, ...]], n_jobs: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    from joblib import Parallel, delayed
+
+    yield from Parallel(n_jobs=min(n_jobs, len(work)), return_as="generator_unordered")(delayed(_pid_values)(*args) for args in work)
+
+
+def _run_dask(work: list[tuple[Any, ...]], scheduler: str, n_jobs: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The pairs as Dask tasks, on a ``LocalCluster`` (``scheduler="local"``) or the cluster at a scheduler address."""
+    try:
+        from dask.distributed import Client, LocalCluster, as_completed
+    except ImportError as exc:
+        raise ParameterError("a Dask scheduler was asked for, but dask.distributed is not installed",
+                             "pip install 'dask[distributed]' (or drop --scheduler to use local processes)") from exc
+    cluster = LocalCluster(n_workers=n_jobs, threads_per_worker=1, processes=True, dashboard_address=None) if scheduler == "local" else None
+    try:
+        client = Client(cluster if cluster is not None else scheduler, timeout="20s")
+    except OSError as exc:
+        raise ParameterError(f"cannot reach the Dask scheduler at {scheduler} ({exc})", "check the address (tcp://host:8786) and that the scheduler runs") from exc
+    try:
+        futures = [client.submit(_pid_values, *args, pure=False) for args in work]
+        for future in as_completed(futures):
+            yield future.result()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
 
 
 def drift_table(before: Snapshot, after: Snapshot, settings: DriftSettings | None = None, *, allow_other_base: bool = False, **kwargs: Any) -> pd.DataFrame:
