@@ -97,3 +97,21 @@ def test_stop_threshold_card_reads_the_cards_own(card_path):
     card.stop_threshold = 0.4
     assert stop_threshold_for(cfg, card) == 0.4
     assert stop_threshold_for(FinetuneConfig(method="profile", profile=str(card_path), stop_threshold=0.7), card) == 0.7
+
+
+def test_profile_checkpoints_hold_only_the_trainable_tensors_and_resume(tiny_llama, card_path, tmp_path):
+    from safetensors import safe_open
+
+    out = tmp_path / "p"
+    cfg = FinetuneConfig(method="profile", profile=str(card_path), task="sst2", output_dir=str(out), epochs=1, keep_checkpoints=True, **TINY)
+    first = run_finetune(tiny_llama, cfg)
+    (checkpoint,) = out.glob("checkpoint-*")
+    assert not (checkpoint / "model.safetensors").exists()  # not the whole model ...
+    with safe_open(str(checkpoint / "trainable.safetensors"), framework="pt") as handle:
+        assert sorted(handle.keys()) == sorted(first["trainable_param_names"])  # ... only what trains
+    more = run_finetune(tiny_llama, FinetuneConfig(**{**cfg.__dict__, "epochs": 2, "keep_checkpoints": False, "save_snapshot": True}))
+    assert more["resumed_from"] == str(checkpoint) and more["epochs_run"] == 2
+    assert not list(out.glob("checkpoint-*"))  # a finished run keeps none unless asked
+    pre, after = extract_snapshot(tiny_llama), load_snapshot(more["snapshot"])
+    changed = {pid for pid in pre.matrices if not (pre.matrices[pid] == after.matrices[pid]).all()}
+    assert changed == set(json.loads(card_path.read_text())["trainable"])

@@ -248,6 +248,8 @@ class TrainableOnlyTrainer(Trainer):
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         from safetensors.torch import save_file
 
+        if not self.args.should_save:  # one writer under DDP
+            return
         out = Path(output_dir or self.args.output_dir)
         out.mkdir(parents=True, exist_ok=True)
         trainable = {n: p.detach().contiguous().cpu() for n, p in self.model.named_parameters() if p.requires_grad}
@@ -316,6 +318,7 @@ def build_trainer(model: torch.nn.Module, tokenizer: Any, cfg: FinetuneConfig, d
         dataloader_num_workers=0,
         dataloader_pin_memory=torch.cuda.is_available(),
         ddp_find_unused_parameters=False,
+        use_cpu=not (torch.cuda.is_available() or torch.backends.mps.is_available()),  # CPU-only: several processes run DDP over gloo
     )
     trainer_class = TrainableOnlyTrainer if cfg.method == "profile" else Trainer
     return trainer_class(
@@ -415,6 +418,9 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> dict[str, Any]:
     results = collect_results(trainer, cfg, loaded, data, score, score_ood, before)
     results.update(info, resumed_from=resume, stop_threshold=threshold, peak_memory_mib=memory.peak_mib,
                    transferred_to={"card": cfg.profile, "prior_task": card.prior_task, "task": cfg.task} if card is not None else None)
+    results["world_size"] = trainer.args.world_size
+    if not trainer.is_world_process_zero():  # under DDP (accelerate launch) every rank trains and scores; one writes
+        return results
     if cfg.save_snapshot:
         merged = model.merge_and_unload() if cfg.method == "lora" else model
         snap = extract_snapshot(merged, name=f"{loaded.name}@{cfg.task}-{cfg.method}", base_model=loaded.name)

@@ -381,8 +381,19 @@ def check_card_fits(card: ProfileCard, model: torch.nn.Module) -> None:
 def apply_profile(model: torch.nn.Module, card: ProfileCard, *, check: bool = True) -> list[str]:
     """Freeze everything but the card's trainable projections; return the trainable parameter names.
 
-    A fused parameter (GPT-2 ``c_attn``) that is only partly trainable gets a gradient mask, so
-    its frozen rows never change (train with weight decay 0, which the fine-tune entry point does).
+    Freezing is ``requires_grad`` alone for separate q/k/v/o parameters (LLaMA, Mistral, Qwen, Gemma...), so it works
+    unchanged under DDP and under FSDP with ``use_orig_params=True``. A fused parameter (GPT-2 ``c_attn``) that is only
+    partly trainable gets a gradient mask, so its frozen rows never change (train with weight decay 0, which the
+    fine-tune entry point does); FSDP cannot run that hook, and the case is refused under it.
+
+    Parameters
+    ----------
+    model : the pretrained model (not a copy already changed by training).
+    card : the profile card; with ``check`` it must have been built for this model (shapes and weight hash).
+
+    Returns
+    -------
+    The names of the parameters left trainable.
     """
     if check:
         check_card_fits(card, model)
@@ -397,6 +408,10 @@ def apply_profile(model: torch.nn.Module, card: ProfileCard, *, check: bool = Tr
         param.requires_grad_(True)
         siblings = [p for p in projections.values() if p.param_name == name]
         if len(parts) < len(siblings):  # part of a fused matrix: mask the frozen rows' gradients
+            if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):
+                raise ProfileError(f"the card trains only part of the fused parameter {name} (GPT-2 c_attn), which needs a gradient hook; "
+                                   "FSDP flattens parameters and does not run such hooks", "train this model with DDP (no --use_fsdp), or a card "
+                                   "that trains all of q, k and v of a layer")
             keep = torch.zeros(param.shape, dtype=torch.bool)
             for part in parts:
                 if part.transposed:
