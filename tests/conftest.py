@@ -6,14 +6,17 @@ import numpy as np
 import pytest
 
 from topotuner_lab.models import build_tiny_model
+from topotuner_lab.paths import model_cache_dir
 from topotuner_lab.snapshot import extract_snapshot
 
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
-    """Every test writes caches under its own tmp folder, never the user's (the embedded export excepted)."""
-    monkeypatch.setenv("TOPOTUNER_TEST_TMP", str(tmp_path))
-    return tmp_path
+    """Every test writes caches under its own tmp folder, never the user's; only the embedded model's float32
+    export is shared (it takes ~20 s and ~0.5 GB to make), in the user's model cache."""
+    monkeypatch.setenv("TOPOTUNER_MODEL_CACHE", str(model_cache_dir()))
+    monkeypatch.setenv("TOPOTUNER_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
 
 
 @pytest.fixture

@@ -32,20 +32,20 @@ def test_a_card_against_itself_overlaps_fully(llama_cards):
     assert same.both == sorted(high.trainable) and not same.only_a and not same.only_b
 
 
-def test_high_and_low_drift_are_disjoint_but_rank_alike(llama_cards):
+def test_high_and_low_drift_are_disjoint_and_rank_in_opposite_order(llama_cards):
     _, make = llama_cards
     high, low = make("high-drift"), make("low-drift")
     result = compare_cards(high, low, ("high", "low"))
     assert result.jaccard == 0.0 and not result.both
     assert set(result.only_a) == set(high.trainable) and set(result.only_b) == set(low.trainable)
-    assert result.rank_spearman == pytest.approx(1.0)  # both cards carry the same drift scores, ranked opposite ways
+    assert result.rank_spearman == pytest.approx(-1.0)  # same drift scores, opposite picks: disagreement, not +1
     assert result.kind_share.sum().round(9).tolist() == [1.0, 1.0]
 
 
 def test_topology_against_magnitude_agrees_with_the_tables_rank_correlation(llama_cards):
     table, make = llama_cards
     result = compare_cards(make("high-drift"), make("magnitude"))
-    expected = table[["h0_w1", "rel_frobenius"]].rank().corr().iloc[0, 1]
+    expected = table[["h0_w1", "rel_frobenius"]].rank().corr().iloc[0, 1]  # both rank largest first: positions agree as scores do
     assert result.rank_spearman == pytest.approx(expected)
 
 

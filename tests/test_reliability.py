@@ -58,3 +58,11 @@ def test_same_seed_same_profile(tiny_llama, tiny_snapshot):
     identity = ModelIdentity.of(tiny_llama.model, "tiny-llama")
     cards = [build_profile(table, identity, prior_task="sst2", strategy="random", fraction=0.05, seed=9) for _ in range(2)]
     assert cards[0].trainable == cards[1].trainable and cards[0].seed == 9
+
+
+def test_tests_write_caches_under_their_own_folder(isolated_cache, tiny_snapshot):
+    from topotuner_lab.paths import cache_dir
+
+    assert cache_dir() == isolated_cache and DriftCache().root == isolated_cache / "drift"
+    drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1)  # the default cache
+    assert list((isolated_cache / "drift" / "rows").rglob("*.json"))

