@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 OUT ?= runs/notebooks-default
 
-.PHONY: venv run test lab bench clean
+.PHONY: venv run test test-fast lint lab bench clean
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -19,8 +19,16 @@ $(VENV)/.installed: pyproject.toml
 run: venv
 	$(VENV)/bin/topotuner-lab run-notebooks --profile default -o $(OUT)
 
-test: venv
+test: venv lint
 	$(PY) -m pytest -q
+
+# everything but the tests marked slow (real fine-tunes, the notebook series, multi-process runs) and the browser test
+test-fast: venv lint
+	$(PY) -m pytest -q -m "not slow and not browser"
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 lab: venv
 	$(VENV)/bin/jupyter lab notebooks

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
-
 from common import publish, table
+
 from topotuner_lab.distances import wasserstein
 from topotuner_lab.persistence import PersistenceSettings, diagrams
 
@@ -38,14 +38,28 @@ def main() -> None:
     total_h0 = 32 * 2 * (per_matrix["q/o 4096x4096"][0] + per_matrix["k/v 1024x4096"][0])
     total_h1 = 32 * 2 * (per_matrix["q/o 4096x4096"][1] + per_matrix["k/v 1024x4096"][1])
     for k, (a, b, perm, n_h1) in per_matrix.items():
-        extra.append({"matrix": k, "H0 pair_s (measured)": a, "H0+H1 pair_s (measured)": b, "H1 n_perm": perm, "H1 pairs per diagram": n_h1})
-    md = ("### Extrapolation to LLaMA-3.1-8B shapes (an extrapolation, not a run)\n\n"
-          "One pair (pretrained, perturbed) per shape measured here on random rows (std 0.02); H1 of the 4096-row matrices uses n_perm = 1024 "
-          "and hera for W1. Serial cost for 32 layers x (2 q/o + 2 k/v) pairs; divide by the worker count for our parallel pipeline. "
-          "Random Gaussian rows in 4096 dimensions are nearly equidistant, the worst case for Rips H1 (thousands of short H1 bars); "
-          "real weights have far fewer (SmolLM2-135M: at most 190 per matrix), so the H0+H1 figure is an upper bound.\n\n"
-          + table(extra)
-          + f"\nEstimated serial total: H0 {total_h0 / 60:.1f} min, H0+H1 {total_h1 / 60:.1f} min (both snapshots' diagrams included).\n")
+        extra.append(
+            {
+                "matrix": k,
+                "H0 pair_s (measured)": a,
+                "H0+H1 pair_s (measured)": b,
+                "H1 n_perm": perm,
+                "H1 pairs per diagram": n_h1,
+            }
+        )
+    md = (
+        "### Extrapolation to LLaMA-3.1-8B shapes (an extrapolation, not a run)\n\n"
+        "One pair (pretrained, perturbed) per shape measured here on random rows (std 0.02); H1 of the 4096-row "
+        "matrices uses n_perm = 1024 "
+        "and hera for W1. Serial cost for 32 layers x (2 q/o + 2 k/v) pairs; divide by the worker count for our "
+        "parallel pipeline. "
+        "Random Gaussian rows in 4096 dimensions are nearly equidistant, the worst case for Rips H1 (thousands of "
+        "short H1 bars); "
+        "real weights have far fewer (SmolLM2-135M: at most 190 per matrix), so the H0+H1 figure is an upper bound.\n\n"
+        + table(extra)
+        + f"\nEstimated serial total: H0 {total_h0 / 60:.1f} min, H0+H1 {total_h1 / 60:.1f} min (both snapshots' "
+        "diagrams included).\n"
+    )
     publish("extrapolation", md, {"llama8b": extra, "total_h0_s": total_h0, "total_h1_s": total_h1})
 
 

@@ -24,8 +24,21 @@ def one(method: str, card: str, out: str) -> None:
     from topotuner_lab.finetune import FinetuneConfig, run_finetune
     from topotuner_lab.models import load_model
 
-    cfg = FinetuneConfig(method=method, task="sst2", output_dir=out, profile=card if card != "-" else None, lora_rank="match" if method == "lora" else 8,
-                         epochs=3, n_train=64, n_test=8, n_ood=8, n_ppl=4, batch_size=8, max_length=64, save_checkpoints=False)
+    cfg = FinetuneConfig(
+        method=method,
+        task="sst2",
+        output_dir=out,
+        profile=card if card != "-" else None,
+        lora_rank="match" if method == "lora" else 8,
+        epochs=3,
+        n_train=64,
+        n_test=8,
+        n_ood=8,
+        n_ppl=4,
+        batch_size=8,
+        max_length=64,
+        save_checkpoints=False,
+    )
     run_finetune(load_model(), cfg)
 
 
@@ -37,12 +50,22 @@ def cards(tmp: Path) -> dict[str, Path]:
 
     loaded = load_model()
     pre = extract_snapshot(loaded)
-    real = [path for path in (ROOT / "runs" / run / "drift-sst2.parquet" for run in ("reproduce-cpu-small", "reproduce-compare")) if path.is_file()]
+    real = [
+        path
+        for path in (ROOT / "runs" / run / "drift-sst2.parquet" for run in ("reproduce-cpu-small", "reproduce-compare"))
+        if path.is_file()
+    ]
     table = load_table(real[0]) if real else drift_table(pre, perturb_snapshot(pre, 1e-3), cache=DriftCache(None))
     identity = ModelIdentity.from_snapshot(pre, sum(p.numel() for p in loaded.model.parameters()))
     out = {}
-    for name, strategy, budget in (("profile 1% high-drift", "high-drift", 0.01), ("profile 2% high-drift", "high-drift", 0.02), ("profile 1% low-drift", "low-drift", 0.01)):
-        out[name] = build_profile(table, identity, prior_task="sst2", strategy=strategy, fraction=budget).save(tmp / f"{strategy}-{budget}.json")
+    for name, strategy, budget in (
+        ("profile 1% high-drift", "high-drift", 0.01),
+        ("profile 2% high-drift", "high-drift", 0.02),
+        ("profile 1% low-drift", "low-drift", 0.01),
+    ):
+        out[name] = build_profile(table, identity, prior_task="sst2", strategy=strategy, fraction=budget).save(
+            tmp / f"{strategy}-{budget}.json"
+        )
     return out
 
 
@@ -59,18 +82,32 @@ def main() -> None:
             res = json.loads((out / "results.json").read_text())
             steady = res["epoch_seconds"][1:]  # the first epoch includes warm-up
             # full FT and LoRA (adapters on every layer) need gradients down to layer 0
-            lowest = min(int(p.split(".")[0][1:]) for p in json.loads(Path(card).read_text())["trainable"]) if method == "profile" else 0
-            rows.append({"method": name, "trainable %": 100 * res["trainable_fraction"], "lowest trainable layer": lowest,
-                         "s/epoch (median of epochs 2-3)": statistics.median(steady), "peak MiB above start": res["peak_memory_mib"]})
+            lowest = (
+                min(int(p.split(".")[0][1:]) for p in json.loads(Path(card).read_text())["trainable"])
+                if method == "profile"
+                else 0
+            )
+            rows.append(
+                {
+                    "method": name,
+                    "trainable %": 100 * res["trainable_fraction"],
+                    "lowest trainable layer": lowest,
+                    "s/epoch (median of epochs 2-3)": statistics.median(steady),
+                    "peak MiB above start": res["peak_memory_mib"],
+                }
+            )
             print(rows[-1], file=sys.stderr)
     full = rows[0]["s/epoch (median of epochs 2-3)"]
     lora = rows[1]["s/epoch (median of epochs 2-3)"]
     for r in rows:
         r["time / full FT"] = r["s/epoch (median of epochs 2-3)"] / full
         r["time / LoRA"] = r["s/epoch (median of epochs 2-3)"] / lora
-    md = ("### Fine-tuning cost, SmolLM2-135M on SST-2 (64 examples, batch 8, 64 tokens, 3 epochs, CPU)\n\n"
-          "Each method in a fresh process; peak memory = resident memory above the level before training (sampled every 20 ms). "
-          "Cards ranked by H0 W1 drift of the SST-2 prior fine-tune.\n\n" + table(rows))
+    md = (
+        "### Fine-tuning cost, SmolLM2-135M on SST-2 (64 examples, batch 8, 64 tokens, 3 epochs, CPU)\n\n"
+        "Each method in a fresh process; peak memory = resident memory above the level before training (sampled "
+        "every 20 ms). "
+        "Cards ranked by H0 W1 drift of the SST-2 prior fine-tune.\n\n" + table(rows)
+    )
     publish("finetune", md, rows)
 
 

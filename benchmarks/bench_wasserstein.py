@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-
 from common import median_time, publish, table
+
 from topotuner_lab.distances import h0_wasserstein, wasserstein
 from topotuner_lab.persistence import PersistenceSettings, diagrams
 
@@ -28,7 +28,14 @@ def main() -> None:
     for n in (192, 576, 2048, 4096):
         x = rng.standard_normal((n, 576)) * 0.02
         y = x + rng.standard_normal((n, 576)) * 0.002
-        cases.append((f"H0, {n - 1} points", diagrams(x, PersistenceSettings(maxdim=0))[0], diagrams(y, PersistenceSettings(maxdim=0))[0], n <= 2048))
+        cases.append(
+            (
+                f"H0, {n - 1} points",
+                diagrams(x, PersistenceSettings(maxdim=0))[0],
+                diagrams(y, PersistenceSettings(maxdim=0))[0],
+                n <= 2048,
+            )
+        )
     for n in (192, 576):
         x = rng.standard_normal((n, 576)) * 0.02
         y = x + rng.standard_normal((n, 576)) * 0.002
@@ -47,10 +54,13 @@ def main() -> None:
             row.update({"persim_s": per_t, "persim_rel_err": abs(per - pot) / pot})
         rows.append(row)
         print(row, file=sys.stderr)
-    md = ("### W1 between diagrams (Euclidean ground metric; persim's convention)\n\n"
-          "Pairs = diagrams of a random row cloud and of a copy with 10% noise. POT is the exact reference; relative errors are |x - POT| / POT. "
-          "persim (Hungarian on an (n+m)^2 matrix) is skipped for the 4096-row H0 case. hera runs with its default relative error delta = 0.01.\n\n"
-          + table(rows))
+    md = (
+        "### W1 between diagrams (Euclidean ground metric; persim's convention)\n\n"
+        "Pairs = diagrams of a random row cloud and of a copy with 10% noise. POT is the exact reference; relative "
+        "errors are |x - POT| / POT. "
+        "persim (Hungarian on an (n+m)^2 matrix) is skipped for the 4096-row H0 case. hera runs with its default "
+        "relative error delta = 0.01.\n\n" + table(rows)
+    )
     publish("wasserstein", md, rows)
 
 

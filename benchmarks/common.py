@@ -31,22 +31,26 @@ def table(rows: list[dict[str, Any]], digits: int = 3) -> str:
     if not rows:
         return "(no rows)\n"
     keys = list(rows[0])
+
     def fmt(v: Any) -> str:
         if isinstance(v, float):
             return f"{v:.{digits}g}"
         return "" if v is None else str(v)
+
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     lines += ["| " + " | ".join(fmt(r.get(k)) for k in keys) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
 def publish(name: str, markdown: str, data: Any, command: str | None = None) -> Path:
-    """Write one benchmark's raw numbers (JSON) and its section (Markdown with command, date and machine) for run_all."""
+    """Write one benchmark's raw numbers (JSON) and its Markdown section (command, date, machine) for run_all."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=1, default=str))
     command = command or f"python benchmarks/bench_{name}.py"
-    header = (f"_Command_: `{command}`  \n_Run_: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} on "
-              f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}\n\n")
+    header = (
+        f"_Command_: `{command}`  \n_Run_: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} on "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}\n\n"
+    )
     path = RESULTS / f"{name}.md"
     path.write_text(header + markdown)
     return path

@@ -23,9 +23,20 @@ from topotuner_lab.notebooks import run_notebooks
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium")
-pytestmark = [pytest.mark.browser, pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium not installed (apt-get install chromium)")]
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium not installed (apt-get install chromium)"),
+]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def _free_port() -> int:
@@ -37,9 +48,13 @@ def _free_port() -> int:
 def _settings(folder: Path) -> None:
     """Render every cell (no lazy windowing) and switch off the news pop-up."""
     (folder / "@jupyterlab" / "notebook-extension").mkdir(parents=True)
-    (folder / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
+    (folder / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings").write_text(
+        json.dumps({"windowingMode": "none"})
+    )
     (folder / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
-    (folder / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    (folder / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
 
 
 def _wait_for_server(url: str, lab: subprocess.Popen, log: Path) -> None:
@@ -66,7 +81,11 @@ def _run_all_cells(page) -> None:
         page.get_by_role("menuitem", name="Run", exact=True).click(timeout=30_000)
         page.get_by_text("Run All Cells", exact=True).click(timeout=30_000)
         try:
-            page.wait_for_function("""() => [...document.querySelectorAll('.jp-InputPrompt')].some(e => /\\[(\\*|\\d+)\\]/.test(e.textContent))""", timeout=30_000)
+            page.wait_for_function(
+                """() => [...document.querySelectorAll('.jp-InputPrompt')]"""
+                """.some(e => /\\[(\\*|\\d+)\\]/.test(e.textContent))""",
+                timeout=30_000,
+            )
             return
         except Exception:  # playwright's TimeoutError: nothing started, try again
             page.keyboard.press("Escape")
@@ -78,21 +97,45 @@ def test_notebook_renders_plotly_and_widgets_in_jupyterlab(tmp_path):
 
     run_notebooks("tiny", tmp_path / "run", names=("01_extract.ipynb",))  # the work folder notebook 2 reads
     book = nbformat.read(ROOT / "notebooks" / "02_persistence_diagrams.ipynb", as_version=4)
-    book.cells[1].source = f'work_dir = "{tmp_path / "run" / "work"}"\nfigures_dir = "{tmp_path / "figs"}"\nprior_task = "sst2"\nlayer = 1\nkind = "v"'
+    book.cells[1].source = (
+        f'work_dir = "{tmp_path / "run" / "work"}"\nfigures_dir = "{tmp_path / "figs"}"\n'
+        'prior_task = "sst2"\nlayer = 1\nkind = "v"'
+    )
     served = tmp_path / "lab"
     served.mkdir()
     nbformat.write(book, served / "browser.ipynb")
     _settings(tmp_path / "settings")
     port, token = _free_port(), "topotuner-test"
-    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"), "JUPYTER_CONFIG_DIR": str(tmp_path / "jcfg")}
+    env = {
+        **os.environ,
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "jcfg"),
+    }
     log = tmp_path / "lab.log"
     with log.open("w") as sink:
-        lab = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", "--ip", "127.0.0.1", f"--port={port}", f"--IdentityProvider.token={token}",
-                                "--allow-root", f"--ServerApp.root_dir={served}"], env=env, stdout=sink, stderr=subprocess.STDOUT)
+        lab = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--ip",
+                "127.0.0.1",
+                f"--port={port}",
+                f"--IdentityProvider.token={token}",
+                "--allow-root",
+                f"--ServerApp.root_dir={served}",
+            ],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
     try:
         _wait_for_server(f"http://127.0.0.1:{port}/api/status?token={token}", lab, log)
         with sync_playwright() as pw:
-            browser = pw.chromium.launch_persistent_context(str(tmp_path / "chrome"), executable_path=CHROMIUM, args=ARGS, viewport={"width": 1400, "height": 1000})
+            browser = pw.chromium.launch_persistent_context(
+                str(tmp_path / "chrome"), executable_path=CHROMIUM, args=ARGS, viewport={"width": 1400, "height": 1000}
+            )
             page = browser.new_page()
             try:
                 page.goto(f"http://127.0.0.1:{port}/lab/tree/browser.ipynb?token={token}", timeout=120_000)
@@ -106,10 +149,18 @@ def test_notebook_renders_plotly_and_widgets_in_jupyterlab(tmp_path):
             except Exception as error:
                 page.screenshot(path=str(tmp_path / "failure.png"))
                 outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
-                raise AssertionError(f"{error}\nscreenshot: {tmp_path / 'failure.png'}\ncell outputs: {outputs}\nJupyterLab log:\n{_tail(log)}") from error
+                raise AssertionError(
+                    f"{error}\nscreenshot: {tmp_path / 'failure.png'}\ncell outputs: {outputs}\nJupyterLab "
+                    f"log:\n{_tail(log)}"
+                ) from error
             assert page.locator(".js-plotly-plot .main-svg").count() >= 2
             assert page.locator(".widget-slider").count() >= 1
-            assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] >> text=Traceback").count() == 0
+            assert (
+                page.locator(
+                    ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] >> text=Traceback"
+                ).count()
+                == 0
+            )
             page.locator(".js-plotly-plot").first.scroll_into_view_if_needed()
             shot = ROOT / "figures" / "browser_screenshot.png"
             page.screenshot(path=str(shot), full_page=False)

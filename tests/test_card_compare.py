@@ -45,7 +45,9 @@ def test_high_and_low_drift_are_disjoint_and_rank_in_opposite_order(llama_cards)
 def test_topology_against_magnitude_agrees_with_the_tables_rank_correlation(llama_cards):
     table, make = llama_cards
     result = compare_cards(make("high-drift"), make("magnitude"))
-    expected = table[["h0_w1", "rel_frobenius"]].rank().corr().iloc[0, 1]  # both rank largest first: positions agree as scores do
+    expected = (
+        table[["h0_w1", "rel_frobenius"]].rank().corr().iloc[0, 1]
+    )  # both rank largest first: positions agree as scores do
     assert result.rank_spearman == pytest.approx(expected)
 
 

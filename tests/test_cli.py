@@ -14,7 +14,9 @@ def test_extract_perturb_drift_end_to_end(tmp_path, capsys):
 
 
 def test_cli_errors_are_one_clear_message(tmp_path, capsys):
-    code = main(["drift", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "-o", str(tmp_path / "d.parquet")])
+    code = main(
+        ["drift", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "-o", str(tmp_path / "d.parquet")]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert "does not exist" in err and "How to fix" in err and "Traceback" not in err

@@ -58,7 +58,11 @@ def test_h0_bottleneck_equals_exact_hera_on_random_and_tied_deaths(rng):
 
     for trial in range(600):
         n, m = rng.integers(0, 9, size=2)
-        x, y = (rng.integers(0, 6, n).astype(float), rng.integers(0, 6, m).astype(float)) if trial % 3 == 0 else (3 * rng.random(n), 3 * rng.random(m))
+        x, y = (
+            (rng.integers(0, 6, n).astype(float), rng.integers(0, 6, m).astype(float))
+            if trial % 3 == 0
+            else (3 * rng.random(n), 3 * rng.random(m))
+        )
         expected = hera_bottleneck(_z(x), _z(y), 0) if n + m else 0.0
         assert h0_bottleneck(x, y) == pytest.approx(expected, rel=1e-12, abs=1e-15), (x, y)
     x, y = np.sort(rng.random(300)), rng.random(250)
@@ -70,7 +74,9 @@ def test_h0_bottleneck_is_right_where_gudhis_cgal_solver_is_not():
 
     a, b = _z([1, 2, 3, 4]), _z([4, 5])  # match 3-4 and 4-5 (cost 1), send 1 and 2 to the diagonal (0.5, 1)
     assert bottleneck(a, b) == 1.0 and persim.bottleneck(a, b) == 1.0
-    assert gudhi.bottleneck_distance(a, b, 0.0) == 1.5  # why distances.bottleneck does not use it; update if gudhi fixes it
+    assert (
+        gudhi.bottleneck_distance(a, b, 0.0) == 1.5
+    )  # why distances.bottleneck does not use it; update if gudhi fixes it
 
 
 def test_empty_and_equal_diagrams_are_zero(rng):

@@ -22,17 +22,60 @@ def test_profile_finetune_runs_as_two_ddp_processes(tmp_path):
     assert main(["extract", "tiny-llama", "-o", str(pre)]) == 0
     assert main(["perturb", str(pre), "-o", str(post)]) == 0
     assert main(["drift", str(pre), str(post), "-o", str(table), "-j", "1", "--no-cache"]) == 0
-    assert main(["profile", str(table), "--pretrained", str(pre), "--prior-task", "sst2", "--count", "2", "-o", str(card)]) == 0
+    assert (
+        main(["profile", str(table), "--pretrained", str(pre), "--prior-task", "sst2", "--count", "2", "-o", str(card)])
+        == 0
+    )
     accelerate = Path(sys.executable).parent / "accelerate"
-    cmd = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-           "--dynamo_backend", "no", "-m", "topotuner_lab.cli", "finetune", "--model", "tiny-llama", "--method", "profile",
-           "--profile", str(card), "--task", "agnews", "-o", str(tmp_path / "run"), "--epochs", "2", "--n-train", "32", "--n-test", "8",
-           "--n-ood", "8", "--n-ppl", "2", "--max-length", "40", "--lr", "1e-3", "--save-snapshot"]
+    cmd = [
+        str(accelerate),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "-m",
+        "topotuner_lab.cli",
+        "finetune",
+        "--model",
+        "tiny-llama",
+        "--method",
+        "profile",
+        "--profile",
+        str(card),
+        "--task",
+        "agnews",
+        "-o",
+        str(tmp_path / "run"),
+        "--epochs",
+        "2",
+        "--n-train",
+        "32",
+        "--n-test",
+        "8",
+        "--n-ood",
+        "8",
+        "--n-ppl",
+        "2",
+        "--max-length",
+        "40",
+        "--lr",
+        "1e-3",
+        "--save-snapshot",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["world_size"] == 2 and results["epochs_run"] == 2
-    assert [h["step"] for h in results["log_history"]] == [2, 4]  # 32 examples, batch 8, two processes: 2 steps per epoch
+    assert [h["step"] for h in results["log_history"]] == [
+        2,
+        4,
+    ]  # 32 examples, batch 8, two processes: 2 steps per epoch
     before, after = load_snapshot(pre), load_snapshot(tmp_path / "run" / "after.safetensors")
     changed = {pid for pid in before.matrices if not np.array_equal(before.matrices[pid], after.matrices[pid])}
     assert changed == set(json.loads(card.read_text())["trainable"])

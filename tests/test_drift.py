@@ -37,8 +37,28 @@ def test_identical_snapshots_give_zero_drift(tiny_snapshot, cache):
 def test_table_columns_and_positive_drift(tiny_snapshot, cache):
     noisy = perturb_snapshot(tiny_snapshot, 0.05)
     table = drift_table(tiny_snapshot, noisy, n_jobs=1, cache=cache)
-    expected = ["pid", "layer", "kind", "rows", "cols", "h0_w1", "h0_w2", "h0_bottleneck", "n_h0_before", "n_h0_after", "h0_persistence_before",
-                "h1_w1", "h1_w2", "h1_bottleneck", "n_h1_before", "n_h1_after", "h1_persistence_before", "rel_frobenius", "rel_spectral", "row_cosine_change"]
+    expected = [
+        "pid",
+        "layer",
+        "kind",
+        "rows",
+        "cols",
+        "h0_w1",
+        "h0_w2",
+        "h0_bottleneck",
+        "n_h0_before",
+        "n_h0_after",
+        "h0_persistence_before",
+        "h1_w1",
+        "h1_w2",
+        "h1_bottleneck",
+        "n_h1_before",
+        "n_h1_after",
+        "h1_persistence_before",
+        "rel_frobenius",
+        "rel_spectral",
+        "row_cosine_change",
+    ]
     assert list(table.columns) == expected
     assert list(table.pid) == list(tiny_snapshot.matrices)
     assert (table["h0_w1"] > 0).all() and (table["rel_frobenius"] > 0).all()

@@ -1,34 +1,44 @@
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from topotuner_lab.cli import main
 from topotuner_lab.report import write_report
 
 
+@pytest.mark.slow
 def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
     out = tmp_path / "rep"
     assert main(["reproduce", "--preset", "tiny", "-o", str(out)]) == 0
     results = pd.read_csv(out / "results.csv")
     cards = [f"profile:{s}@0.05" for s in ("high-drift", "low-drift", "random", "magnitude")]
-    # seed 0 sweeps two rates per method (and runs each card once more at a constant rate); seed 1 runs each method at the chosen rate
+    # seed 0 sweeps two rates per method (and runs each card once more at a constant rate);
+    # seed 1 runs each method at the chosen rate
     seed0, seed1 = results[results.seed == 0], results[results.seed == 1]
     assert list(dict.fromkeys(seed0["run"])) == ["full", *[r for c in cards for r in (c, c + "+constant")], "lora@0.05"]
     assert len(seed0) == 2 + 4 * 3 + 2 and len(seed1) == 1 + 4 * 2 + 1 and len(results) == 26
     sweep = seed0[~seed0["run"].str.contains("constant")]
     assert (sweep.groupby("run")["selected"].sum() == 1).all()  # one chosen rate per method ...
     chosen = sweep[sweep["selected"]].set_index("run")
-    assert (chosen["val_acc"] == sweep.groupby("run")["val_acc"].max().loc[chosen.index]).all()  # ... the best on validation
+    assert (
+        chosen["val_acc"] == sweep.groupby("run")["val_acc"].max().loc[chosen.index]
+    ).all()  # ... the best on validation
     again = seed1[~seed1["run"].str.contains("constant")].set_index("run")
     assert again["selected"].all() and (again["lr"] == chosen["lr"].loc[again.index]).all()
     assert (results.loc[results.run != "full", "trainable_pct"] < 6).all()
     report = (out / "RESULTS.md").read_text()
     assert "## Claims, checked against these numbers" in report and "beats LoRA" in report and "[95% CI]" in report
-    assert "## Learning rates, chosen on validation data" in report and "## Early stopping apart from the schedule" in report
+    assert (
+        "## Learning rates, chosen on validation data" in report
+        and "## Early stopping apart from the schedule" in report
+    )
     assert all(f"| {norm}" in report for norm in ("raw", "per-point (used)", "relative", "noise-z"))
     assert (out / "figures" / "results_drift_sst2.html").is_file()
     # the second model gets its own prior fine-tune and drift table, compared by projection kind
-    assert (out / "models" / "tiny-qwen2" / "drift-sst2.parquet").is_file() and (out / "figures" / "results_drift_tiny-qwen2_sst2.html").is_file()
+    assert (out / "models" / "tiny-qwen2" / "drift-sst2.parquet").is_file() and (
+        out / "figures" / "results_drift_tiny-qwen2_sst2.html"
+    ).is_file()
     assert "## Is the drift profile model-dependent?" in report and "tiny-qwen2" in report
     # a rerun resumes: every run is skipped, the table is the same
     assert main(["reproduce", "--preset", "tiny", "-o", str(out)]) == 0
@@ -42,8 +52,18 @@ def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
 def test_drift_against_the_learning_rate_schedule():
     from topotuner_lab.experiments import drift_minus_lr_ratio
 
-    schedule = [1.0, 9 / 11, 7 / 11, 5 / 11, 3 / 11, 1 / 11]  # linear decay over 6 epochs, per-epoch mean rate over the first's
-    res = {"config": {"lr_scheduler": "linear", "epochs": 6}, "drift_history": [{"epoch": k, "normalized": r} for k, r in enumerate(schedule, 1)]}
+    schedule = [
+        1.0,
+        9 / 11,
+        7 / 11,
+        5 / 11,
+        3 / 11,
+        1 / 11,
+    ]  # linear decay over 6 epochs, per-epoch mean rate over the first's
+    res = {
+        "config": {"lr_scheduler": "linear", "epochs": 6},
+        "drift_history": [{"epoch": k, "normalized": r} for k, r in enumerate(schedule, 1)],
+    }
     assert abs(drift_minus_lr_ratio(res)) < 1e-12
     res["drift_history"] = [{"epoch": k, "normalized": r - 0.2} for k, r in enumerate(schedule, 1)]
     assert abs(drift_minus_lr_ratio(res) + 0.2) < 1e-12
@@ -53,10 +73,24 @@ def test_drift_against_the_learning_rate_schedule():
 def test_time_to_stop_counts_the_stopping_rules_own_cost():
     from topotuner_lab.experiments import _summary
 
-    res = {"test_accuracy": 0.8, "train_accuracy": 0.9, "train_test_gap": 0.1, "ood_accuracy_before": 0.5, "ood_accuracy_after": 0.4,
-           "perplexity_before": 10.0, "perplexity_after": 11.0, "trainable_fraction": 0.01, "epochs_run": 3, "stop_epoch": 2,
-           "epoch_test_accuracy": [0.6, 0.7, 0.8], "epoch_seconds": [10.0, 10.0, 10.0], "seconds_per_epoch": 10.0, "train_seconds": 30.0,
-           "peak_memory_mib": 1.0, "config": {"lr_scheduler": "linear", "epochs": 3},
-           "drift_history": [{"epoch": k, "normalized": 1.0, "seconds": 0.5} for k in (1, 2, 3)]}
+    res = {
+        "test_accuracy": 0.8,
+        "train_accuracy": 0.9,
+        "train_test_gap": 0.1,
+        "ood_accuracy_before": 0.5,
+        "ood_accuracy_after": 0.4,
+        "perplexity_before": 10.0,
+        "perplexity_after": 11.0,
+        "trainable_fraction": 0.01,
+        "epochs_run": 3,
+        "stop_epoch": 2,
+        "epoch_test_accuracy": [0.6, 0.7, 0.8],
+        "epoch_seconds": [10.0, 10.0, 10.0],
+        "seconds_per_epoch": 10.0,
+        "train_seconds": 30.0,
+        "peak_memory_mib": 1.0,
+        "config": {"lr_scheduler": "linear", "epochs": 3},
+        "drift_history": [{"epoch": k, "normalized": 1.0, "seconds": 0.5} for k in (1, 2, 3)],
+    }
     row = _summary("sst2", "agnews", 0, "full", {**res, "learning_rate": 1e-4}, True, Path("runs/x"))
     assert row["train_sec_to_stop"] == 21.0 and row["topo_sec_per_epoch"] == 0.5 and row["acc_at_stop"] == 0.7

@@ -5,8 +5,7 @@ import pytest
 from topotuner_lab.drift import DriftCache, drift_table
 from topotuner_lab.errors import ProfileError
 from topotuner_lab.finetune import FinetuneConfig, lora_rank_for, run_finetune, stop_threshold_for
-from topotuner_lab.profiles import ProfileCard
-from topotuner_lab.profiles import ModelIdentity, build_profile
+from topotuner_lab.profiles import ModelIdentity, ProfileCard, build_profile
 from topotuner_lab.snapshot import extract_snapshot, load_snapshot, perturb_snapshot
 
 TINY = dict(n_train=16, n_test=8, n_ood=8, n_ppl=2, batch_size=8, max_length=40, learning_rate=1e-3)
@@ -19,11 +18,29 @@ def card_path(tiny_llama, tiny_snapshot, tmp_path):
     return card.save(tmp_path / "card.json")
 
 
+@pytest.mark.slow
 def test_full_finetune_writes_results_and_snapshot(tiny_llama, tmp_path):
-    res = run_finetune(tiny_llama, FinetuneConfig(method="full", task="sst2", output_dir=str(tmp_path / "run"), epochs=2, save_snapshot=True, **TINY))
+    res = run_finetune(
+        tiny_llama,
+        FinetuneConfig(
+            method="full", task="sst2", output_dir=str(tmp_path / "run"), epochs=2, save_snapshot=True, **TINY
+        ),
+    )
     on_disk = json.loads((tmp_path / "run" / "results.json").read_text())
-    for key in ("train_accuracy", "test_accuracy", "train_test_gap", "ood_accuracy_before", "ood_accuracy_after", "perplexity_before",
-                "perplexity_after", "trainable_params", "epoch_seconds", "train_seconds", "peak_memory_mib", "seeds"):
+    for key in (
+        "train_accuracy",
+        "test_accuracy",
+        "train_test_gap",
+        "ood_accuracy_before",
+        "ood_accuracy_after",
+        "perplexity_before",
+        "perplexity_after",
+        "trainable_params",
+        "epoch_seconds",
+        "train_seconds",
+        "peak_memory_mib",
+        "seeds",
+    ):
         assert key in on_disk, key
     assert res["epochs_run"] == 2 and len(res["epoch_seconds"]) == 2
     assert res["trainable_fraction"] == 1.0
@@ -31,13 +48,27 @@ def test_full_finetune_writes_results_and_snapshot(tiny_llama, tmp_path):
     assert after.base_model == "tiny-llama"
     assert after.weights_hash != extract_snapshot(tiny_llama).weights_hash
     # the caller's model is left untouched
-    assert extract_snapshot(tiny_llama).weights_hash == extract_snapshot(tiny_llama.model, name="tiny-llama").weights_hash
+    assert (
+        extract_snapshot(tiny_llama).weights_hash == extract_snapshot(tiny_llama.model, name="tiny-llama").weights_hash
+    )
 
 
+@pytest.mark.slow
 def test_profile_finetune_trains_only_the_card(tiny_llama, card_path, tmp_path):
     pre = extract_snapshot(tiny_llama)
     card_bytes = card_path.read_bytes()
-    res = run_finetune(tiny_llama, FinetuneConfig(method="profile", profile=str(card_path), task="agnews", output_dir=str(tmp_path / "p"), epochs=1, save_snapshot=True, **TINY))
+    res = run_finetune(
+        tiny_llama,
+        FinetuneConfig(
+            method="profile",
+            profile=str(card_path),
+            task="agnews",
+            output_dir=str(tmp_path / "p"),
+            epochs=1,
+            save_snapshot=True,
+            **TINY,
+        ),
+    )
     card = json.loads(card_path.read_text())
     assert res["trainable_params"] == card["trainable_params"]
     # the input card is never rewritten (two runs on one card must not race); the transfer is in the results
@@ -48,14 +79,27 @@ def test_profile_finetune_trains_only_the_card(tiny_llama, card_path, tmp_path):
     assert changed == set(card["trainable"])
 
 
+@pytest.mark.slow
 def test_lora_rank_matches_profile_budget(tiny_llama, card_path, tmp_path):
-    res = run_finetune(tiny_llama, FinetuneConfig(method="lora", lora_rank="match", profile=str(card_path), task="sst2", output_dir=str(tmp_path / "l"), epochs=1, **TINY))
+    res = run_finetune(
+        tiny_llama,
+        FinetuneConfig(
+            method="lora",
+            lora_rank="match",
+            profile=str(card_path),
+            task="sst2",
+            output_dir=str(tmp_path / "l"),
+            epochs=1,
+            **TINY,
+        ),
+    )
     card = json.loads(card_path.read_text())
     assert res["lora_rank"] == lora_rank_for(tiny_llama.model, card["trainable_params"])
     per_rank = res["trainable_params"] / res["lora_rank"]
     assert abs(res["trainable_params"] - card["trainable_params"]) <= per_rank / 2
 
 
+@pytest.mark.slow
 def test_run_resumes_from_its_checkpoint(tiny_llama, tmp_path):
     out = tmp_path / "r"
     cfg = FinetuneConfig(method="full", task="sst2", output_dir=str(out), epochs=1, keep_checkpoints=True, **TINY)
@@ -63,27 +107,32 @@ def test_run_resumes_from_its_checkpoint(tiny_llama, tmp_path):
     assert len(list(out.glob("checkpoint-*"))) == 1
     more = run_finetune(tiny_llama, FinetuneConfig(**{**cfg.__dict__, "epochs": 2, "eval_each_epoch": True}))
     assert more["resumed_from"].endswith("checkpoint-2")  # only the missing epoch ran ...
-    assert more["epochs_run"] == 2 and len(more["epoch_seconds"]) == 2  # ... and the first one's time came back with the checkpoint
+    assert (
+        more["epochs_run"] == 2 and len(more["epoch_seconds"]) == 2
+    )  # ... and the first one's time came back with the checkpoint
     assert len(more["epoch_test_accuracy"]) == 1  # evaluation was only asked for on the resumed run
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"method": "adapter"}, "unknown method"),
-    ({"method": "profile"}, "needs a profile card"),
-    ({"lora_rank": "match", "method": "lora"}, "needs a profile card"),
-    ({"task": "imdb"}, "unknown task"),
-    ({"epochs": 0}, "epochs=0"),
-    ({"n_train": "10"}, "n_train='10'"),
-    ({"stop_threshold": "card"}, "needs a profile card to read it from"),
-    ({"stop_threshold": "soon", "method": "profile", "profile": "c.json"}, "neither a number nor 'card'"),
-    ({"stop_threshold": 1.5}, "not in \\(0, 1\\)"),
-    ({"lora_rank": "abc", "method": "lora"}, "neither a positive integer nor 'match'"),
-    ({"lora_rank": 0}, "neither a positive integer"),
-    ({"learning_rate": -1.0}, "not a number in"),
-    ({"lr_scheduler": "cyclic"}, "unknown lr_scheduler"),
-    ({"seed": -1}, "non-negative"),
-    ({"data_source": "no/such/folder"}, "neither 'hub' nor a data folder"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"method": "adapter"}, "unknown method"),
+        ({"method": "profile"}, "needs a profile card"),
+        ({"lora_rank": "match", "method": "lora"}, "needs a profile card"),
+        ({"task": "imdb"}, "unknown task"),
+        ({"epochs": 0}, "epochs=0"),
+        ({"n_train": "10"}, "n_train='10'"),
+        ({"stop_threshold": "card"}, "needs a profile card to read it from"),
+        ({"stop_threshold": "soon", "method": "profile", "profile": "c.json"}, "neither a number nor 'card'"),
+        ({"stop_threshold": 1.5}, "not in \\(0, 1\\)"),
+        ({"lora_rank": "abc", "method": "lora"}, "neither a positive integer nor 'match'"),
+        ({"lora_rank": 0}, "neither a positive integer"),
+        ({"learning_rate": -1.0}, "not a number in"),
+        ({"lr_scheduler": "cyclic"}, "unknown lr_scheduler"),
+        ({"seed": -1}, "non-negative"),
+        ({"data_source": "no/such/folder"}, "neither 'hub' nor a data folder"),
+    ],
+)
 def test_config_errors(kwargs, message):
     with pytest.raises(Exception, match=message):
         FinetuneConfig(**kwargs)
@@ -99,17 +148,28 @@ def test_stop_threshold_card_reads_the_cards_own(card_path):
     assert stop_threshold_for(FinetuneConfig(method="profile", profile=str(card_path), stop_threshold=0.7), card) == 0.7
 
 
+@pytest.mark.slow
 def test_profile_checkpoints_hold_only_the_trainable_tensors_and_resume(tiny_llama, card_path, tmp_path):
     from safetensors import safe_open
 
     out = tmp_path / "p"
-    cfg = FinetuneConfig(method="profile", profile=str(card_path), task="sst2", output_dir=str(out), epochs=1, keep_checkpoints=True, **TINY)
+    cfg = FinetuneConfig(
+        method="profile",
+        profile=str(card_path),
+        task="sst2",
+        output_dir=str(out),
+        epochs=1,
+        keep_checkpoints=True,
+        **TINY,
+    )
     first = run_finetune(tiny_llama, cfg)
     (checkpoint,) = out.glob("checkpoint-*")
     assert not (checkpoint / "model.safetensors").exists()  # not the whole model ...
     with safe_open(str(checkpoint / "trainable.safetensors"), framework="pt") as handle:
         assert sorted(handle.keys()) == sorted(first["trainable_param_names"])  # ... only what trains
-    more = run_finetune(tiny_llama, FinetuneConfig(**{**cfg.__dict__, "epochs": 2, "keep_checkpoints": False, "save_snapshot": True}))
+    more = run_finetune(
+        tiny_llama, FinetuneConfig(**{**cfg.__dict__, "epochs": 2, "keep_checkpoints": False, "save_snapshot": True})
+    )
     assert more["resumed_from"] == str(checkpoint) and more["epochs_run"] == 2
     assert not list(out.glob("checkpoint-*"))  # a finished run keeps none unless asked
     pre, after = extract_snapshot(tiny_llama), load_snapshot(more["snapshot"])

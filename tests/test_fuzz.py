@@ -18,9 +18,14 @@ from topotuner_lab.models import build_tiny_model
 from topotuner_lab.profiles import ModelIdentity, ProfileCard, build_profile
 from topotuner_lab.snapshot import extract_snapshot, load_snapshot, perturb_snapshot, save_snapshot
 
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
+FUZZ = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +35,14 @@ def world(tmp_path_factory):
     post = perturb_snapshot(pre, 0.05)
     table = drift_table(pre, post, n_jobs=1, cache=DriftCache(None))
     card = build_profile(table, ModelIdentity.from_snapshot(pre), prior_task="sst2", count=2)
-    return {"tmp": tmp, "pre": pre, "post": post, "table": table, "card": card.to_dict(), "snapshot": save_snapshot(pre, tmp / "pre.safetensors").read_bytes()}
+    return {
+        "tmp": tmp,
+        "pre": pre,
+        "post": post,
+        "table": table,
+        "card": card.to_dict(),
+        "snapshot": save_snapshot(pre, tmp / "pre.safetensors").read_bytes(),
+    }
 
 
 @FUZZ
@@ -79,5 +91,9 @@ def test_fuzzed_snapshot_bytes_load_identically_or_fail_cleanly(world, position,
     except TopoTunerError:
         return
     # accepted: the same matrices and the same identity, bit for bit
-    assert snap.weights_hash == world["pre"].weights_hash and snap.model == world["pre"].model and snap.total_params == world["pre"].total_params
+    assert (
+        snap.weights_hash == world["pre"].weights_hash
+        and snap.model == world["pre"].model
+        and snap.total_params == world["pre"].total_params
+    )
     assert all(np.array_equal(snap.matrices[p], world["pre"].matrices[p]) for p in world["pre"].matrices)

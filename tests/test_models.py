@@ -67,8 +67,12 @@ def test_a_packaged_model_that_is_not_installed_names_its_install_command(monkey
 def test_a_packaged_model_with_a_missing_chunk_says_to_reinstall(monkeypatch, tmp_path):
     import types
 
-    fake = types.SimpleNamespace(assemble=lambda target: (_ for _ in ()).throw(FileNotFoundError("Missing chunk files: part02")))
-    monkeypatch.setattr("importlib.util.find_spec", lambda name: types.SimpleNamespace(submodule_search_locations=[str(tmp_path)]))
+    fake = types.SimpleNamespace(
+        assemble=lambda target: (_ for _ in ()).throw(FileNotFoundError("Missing chunk files: part02"))
+    )
+    monkeypatch.setattr(
+        "importlib.util.find_spec", lambda name: types.SimpleNamespace(submodule_search_locations=[str(tmp_path)])
+    )
     monkeypatch.setattr("importlib.import_module", lambda name: fake)
     with pytest.raises(ModelLoadError, match="(?s)Missing chunk files.*--force-reinstall"):
         embedded_gguf_path("gemma3-270m")

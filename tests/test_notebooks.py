@@ -23,6 +23,7 @@ def test_notebooks_are_stripped_and_parameterized(name):
     assert sum(len(c.source.splitlines()) for c in code) < 60, "keep notebooks thin: logic belongs in topotuner_lab"
 
 
+@pytest.mark.slow
 def test_all_notebooks_run_headlessly_on_the_tiny_profile(tmp_path):
     executed = run_notebooks("tiny", tmp_path)
     assert [p.name for p in executed] == list(NOTEBOOKS)
@@ -34,7 +35,9 @@ def test_all_notebooks_run_headlessly_on_the_tiny_profile(tmp_path):
     for stems in EXPECTED_FIGURES.values():
         for stem in stems:
             html = (tmp_path / "figures" / f"{stem}.html").read_text()
-            assert 'src="plotly.min.js"' in html and len(html) < 500_000, stem  # the page loads the one shared plotly.js
+            assert 'src="plotly.min.js"' in html and len(html) < 500_000, (
+                stem
+            )  # the page loads the one shared plotly.js
     assert (tmp_path / "figures" / "plotly.min.js").stat().st_size > 1_000_000  # offline: plotly.js itself, once
     assert len(list((tmp_path / "figures").glob("plotly*.js"))) == 1
     card = json.loads((tmp_path / "work" / "cards" / "profile.json").read_text())
@@ -43,11 +46,17 @@ def test_all_notebooks_run_headlessly_on_the_tiny_profile(tmp_path):
     assert results["trainable_params"] == card["trainable_params"]
 
 
+@pytest.mark.slow
 def test_failing_cell_names_notebook_cell_and_error(tmp_path):
     with pytest.raises(NotebookError) as info:
         run_notebooks("tiny", tmp_path, {"prior_task": "mnli"}, names=("01_extract.ipynb",))
     message = str(info.value)
-    assert "01_extract.ipynb failed" in message and "cell" in message and "TaskError" in message and "unknown task 'mnli'" in message
+    assert (
+        "01_extract.ipynb failed" in message
+        and "cell" in message
+        and "TaskError" in message
+        and "unknown task 'mnli'" in message
+    )
 
 
 def test_parameter_types_are_checked(tmp_path):

@@ -1,4 +1,3 @@
-
 from pathlib import Path
 
 import numpy as np
@@ -45,9 +44,18 @@ def test_save_figure_html_is_offline(tmp_path, table):
     files = plots.save_figure(plots.drift_heatmaps(table, ["h0_w1"]), tmp_path / "heat", png=False)
     plots.save_figure(plots.drift_heatmaps(table, ["h1_w1"]), tmp_path / "heat1", png=False)
     html = files[0].read_text()
-    assert files == [tmp_path / "heat.html"] and '<script src="http' not in html and 'src="plotly.min.js"' in html and len(html) < 200_000
+    assert (
+        files == [tmp_path / "heat.html"]
+        and '<script src="http' not in html
+        and 'src="plotly.min.js"' in html
+        and len(html) < 200_000
+    )
     js = tmp_path / "plotly.min.js"  # one local copy for every figure in the folder: offline, and no 4.8 MB per figure
-    assert js.stat().st_size > 1_000_000 and sorted(p.name for p in tmp_path.iterdir()) == ["heat.html", "heat1.html", "plotly.min.js"]
+    assert js.stat().st_size > 1_000_000 and sorted(p.name for p in tmp_path.iterdir()) == [
+        "heat.html",
+        "heat1.html",
+        "plotly.min.js",
+    ]
 
 
 def test_projection_picker():
@@ -62,7 +70,9 @@ def test_projection_picker():
 def test_profile_builder_follows_controls(table, tiny_llama, tmp_path):
     identity = ModelIdentity.of(tiny_llama.model, "tiny-llama")
     builder = ProfileBuilder(table, identity, "sst2", tmp_path)
-    assert builder.normalization.value == "per-point" and "noise-z" not in builder.normalization.options  # no noise tables given
+    assert (
+        builder.normalization.value == "per-point" and "noise-z" not in builder.normalization.options
+    )  # no noise tables given
     builder.normalization.value = "raw"
     builder.mode.value = "count"
     builder.count.value = 3
@@ -74,7 +84,10 @@ def test_profile_builder_follows_controls(table, tiny_llama, tmp_path):
     assert set(builder.card.trainable) == expected and builder.card.metric == "h1_w1"
     builder.normalization.value = "per-point"
     per_point = table.assign(score=table["h1_w1"] / table["n_h1_before"])
-    assert set(builder.card.trainable) == set(per_point.nsmallest(3, "score").pid) and builder.card.normalization == "per-point"
+    assert (
+        set(builder.card.trainable) == set(per_point.nsmallest(3, "score").pid)
+        and builder.card.normalization == "per-point"
+    )
     builder.mode.value = "percent"
     builder.percent.value = 0.1  # below one matrix: the error is shown, no card
     assert builder.card is None and "below the smallest projection" in builder.status.value
@@ -98,6 +111,8 @@ def test_png_export_retries_a_transient_kaleido_failure(tmp_path, monkeypatch):
     with pytest.warns(UserWarning, match="retrying"):
         plots._write_png(go.Figure(), tmp_path / "a.png")
     assert len(calls) == 2 and (tmp_path / "a.png").read_bytes() == b"png"
-    monkeypatch.setattr(go.Figure, "write_image", lambda self, path, **kw: (_ for _ in ()).throw(RuntimeError("always")))
+    monkeypatch.setattr(
+        go.Figure, "write_image", lambda self, path, **kw: (_ for _ in ()).throw(RuntimeError("always"))
+    )
     with pytest.raises(RuntimeError, match="always"), pytest.warns(UserWarning):
         plots._write_png(go.Figure(), tmp_path / "b.png")

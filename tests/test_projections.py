@@ -22,7 +22,15 @@ def test_ids_for_each_tiny_family(name):
 
 @pytest.mark.parametrize("config_cls", [MistralConfig, Qwen3Config])
 def test_ids_for_mistral_and_qwen3(config_cls):
-    cfg = config_cls(vocab_size=128, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=3, intermediate_size=64, head_dim=8)
+    cfg = config_cls(
+        vocab_size=128,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=3,
+        intermediate_size=64,
+        head_dim=8,
+    )
     model = AutoModelForCausalLM.from_config(cfg)
     projections = enumerate_projections(model)
     assert [p.pid for p in projections] == [f"L{i}.{k}" for i in range(3) for k in "qkvo"]
@@ -57,3 +65,29 @@ def test_parse_pid():
     assert parse_pid("L12.q") == (12, "q")
     with pytest.raises(ParameterError, match="not a projection id"):
         parse_pid("layer12.q")
+
+
+def test_public_api_is_lazy_complete_and_documented():
+    import subprocess
+    import sys
+
+    import topotuner_lab
+
+    assert set(topotuner_lab.__all__) == set(topotuner_lab._EXPORTS)
+    for name in topotuner_lab.__all__:
+        obj = getattr(topotuner_lab, name)
+        assert obj.__doc__ and len(obj.__doc__) > 40, name
+    for name in (
+        "diagrams",
+        "wasserstein",
+        "bottleneck",
+        "drift_table",
+        "build_profile",
+        "apply_profile",
+        "load_model",
+        "run_finetune",
+    ):
+        doc = getattr(topotuner_lab, name).__doc__
+        assert "Parameters" in doc or "Keyword arguments" in doc, name
+    code = "import sys, topotuner_lab; topotuner_lab.drift_table; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

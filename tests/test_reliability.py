@@ -49,14 +49,22 @@ def test_same_inputs_same_table_bit_for_bit(tmp_path, tiny_snapshot):
     noisy = perturb_snapshot(tiny_snapshot, 0.05, seed=3)
     settings = DriftSettings(n_perm=20, seed=4)
     a = drift_table(tiny_snapshot, noisy, settings, n_jobs=1, cache=DriftCache(None))
-    b = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05, seed=3), settings, n_jobs=2, cache=DriftCache(tmp_path / "c"))
+    b = drift_table(
+        tiny_snapshot,
+        perturb_snapshot(tiny_snapshot, 0.05, seed=3),
+        settings,
+        n_jobs=2,
+        cache=DriftCache(tmp_path / "c"),
+    )
     pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
 def test_same_seed_same_profile(tiny_llama, tiny_snapshot):
     table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1, cache=DriftCache(None))
     identity = ModelIdentity.of(tiny_llama.model, "tiny-llama")
-    cards = [build_profile(table, identity, prior_task="sst2", strategy="random", fraction=0.05, seed=9) for _ in range(2)]
+    cards = [
+        build_profile(table, identity, prior_task="sst2", strategy="random", fraction=0.05, seed=9) for _ in range(2)
+    ]
     assert cards[0].trainable == cards[1].trainable and cards[0].seed == 9
 
 

@@ -32,7 +32,9 @@ def test_lora_adapter_is_merged_on_the_fly(tmp_path):
 
     base = build_tiny_model("tiny-llama").model
     base.save_pretrained(tmp_path / "base")
-    peft_model = get_peft_model(build_tiny_model("tiny-llama").model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    peft_model = get_peft_model(
+        build_tiny_model("tiny-llama").model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    )
     with torch.no_grad():
         for name, param in peft_model.named_parameters():
             if "lora_B" in name:
@@ -56,8 +58,10 @@ def test_profile_checkpoint_overlays_its_trainable_tensors_on_the_base(tmp_path)
     with torch.no_grad():
         tuned.model.layers[1].self_attn.v_proj.weight.add_(0.1)
     (tmp_path / "run").mkdir()
-    save_file({"model.layers.1.self_attn.v_proj.weight": tuned.model.layers[1].self_attn.v_proj.weight.detach().contiguous()},
-              str(tmp_path / "run" / "trainable.safetensors"))
+    save_file(
+        {"model.layers.1.self_attn.v_proj.weight": tuned.model.layers[1].self_attn.v_proj.weight.detach().contiguous()},
+        str(tmp_path / "run" / "trainable.safetensors"),
+    )
     snap = load_snapshot(stream_snapshot(tmp_path / "run", tmp_path / "s.safetensors", base=tmp_path / "base"))
     assert snap.weights_hash == extract_snapshot(tuned).weights_hash
 
@@ -71,4 +75,7 @@ def test_cli_extract_streams_a_folder_without_loading_the_model(tmp_path, monkey
     monkeypatch.setattr(models_mod, "load_model", no_loading)
     assert main(["extract", str(tmp_path / "ckpt"), "-o", str(tmp_path / "s.safetensors")]) == 0
     assert "streaming" in capsys.readouterr().err
-    assert load_snapshot(tmp_path / "s.safetensors").weights_hash == extract_snapshot(build_tiny_model("tiny-llama")).weights_hash
+    assert (
+        load_snapshot(tmp_path / "s.safetensors").weights_hash
+        == extract_snapshot(build_tiny_model("tiny-llama")).weights_hash
+    )

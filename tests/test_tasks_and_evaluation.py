@@ -6,7 +6,15 @@ from topotuner_lab.evaluation import classification_accuracy, continuation_logpr
 from topotuner_lab.tasks import final_number, load_task
 
 
-@pytest.mark.parametrize("task, split, labels", [("sst2", "train", {0, 1}), ("sst2", "test", {0, 1}), ("agnews", "train", {0, 1, 2, 3}), ("agnews", "test", {0, 1, 2, 3})])
+@pytest.mark.parametrize(
+    "task, split, labels",
+    [
+        ("sst2", "train", {0, 1}),
+        ("sst2", "test", {0, 1}),
+        ("agnews", "train", {0, 1, 2, 3}),
+        ("agnews", "test", {0, 1, 2, 3}),
+    ],
+)
 def test_local_classification_tasks(task, split, labels):
     ds = load_task(task, split, n=200, seed=0)
     assert len(ds) == 200 and ds.column_names == ["prompt", "target", "label"]

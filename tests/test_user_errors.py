@@ -21,7 +21,14 @@ from topotuner_lab.cli import main
 from topotuner_lab.drift import DriftCache, check_jobs, drift_table, save_table
 from topotuner_lab.errors import InvalidMatrixError, ModelLoadError, SnapshotMismatchError, TopoTunerError
 from topotuner_lab.models import build_tiny_model, load_model
-from topotuner_lab.snapshot import Snapshot, check_comparable, extract_snapshot, load_snapshot, perturb_snapshot, save_snapshot
+from topotuner_lab.snapshot import (
+    Snapshot,
+    check_comparable,
+    extract_snapshot,
+    load_snapshot,
+    perturb_snapshot,
+    save_snapshot,
+)
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str]:
@@ -42,13 +49,25 @@ def files(tmp_path, tiny_snapshot):
 
 
 def _with_matrix(snap: Snapshot, pid: str, matrix: np.ndarray) -> Snapshot:
-    return Snapshot({**snap.matrices, pid: matrix}, snap.model, snap.base_model, snap.revision, snap.architecture, total_params=snap.total_params)
+    return Snapshot(
+        {**snap.matrices, pid: matrix},
+        snap.model,
+        snap.base_model,
+        snap.revision,
+        snap.architecture,
+        total_params=snap.total_params,
+    )
 
 
-# 1. errors raised inside drift workers -------------------------------------------------------------------------
+# 1. errors raised inside drift workers -----------------------------------------------------------------------
 def test_errors_survive_pickling():
     back = pickle.loads(pickle.dumps(InvalidMatrixError("a problem", "a fix")))
-    assert isinstance(back, InvalidMatrixError) and back.problem == "a problem" and back.fix == "a fix" and "How to fix: a fix" in str(back)
+    assert (
+        isinstance(back, InvalidMatrixError)
+        and back.problem == "a problem"
+        and back.fix == "a fix"
+        and "How to fix: a fix" in str(back)
+    )
 
 
 @pytest.mark.parametrize("bad", ["nan", "one-row"])
@@ -58,9 +77,22 @@ def test_worker_errors_reach_the_user_as_one_line(tmp_path, tiny_snapshot, capsy
         matrix[0, 0] = np.nan
     else:
         matrix = matrix[:1]
-    for name, snap in (("a", tiny_snapshot if bad == "nan" else _with_matrix(tiny_snapshot, "L1.v", matrix)), ("b", _with_matrix(tiny_snapshot, "L1.v", matrix))):
+    for name, snap in (
+        ("a", tiny_snapshot if bad == "nan" else _with_matrix(tiny_snapshot, "L1.v", matrix)),
+        ("b", _with_matrix(tiny_snapshot, "L1.v", matrix)),
+    ):
         save_snapshot(snap, tmp_path / f"{name}.safetensors")
-    code, err = run_cli(capsys, "drift", tmp_path / "a.safetensors", tmp_path / "b.safetensors", "-o", tmp_path / "d.parquet", "-j", "2", "--no-cache")
+    code, err = run_cli(
+        capsys,
+        "drift",
+        tmp_path / "a.safetensors",
+        tmp_path / "b.safetensors",
+        "-o",
+        tmp_path / "d.parquet",
+        "-j",
+        "2",
+        "--no-cache",
+    )
     assert code == 2 and ("NaN/Inf" in err if bad == "nan" else "1 row(s)" in err) and "How to fix" in err
 
 
@@ -70,10 +102,13 @@ def test_nan_wasserstein_order_is_refused(files, tmp_path, capsys):
     assert code == 2 and "orders=(nan,)" in err
 
 
-# 2. identical matrix pairs under two ids --------------------------------------------------------------------------
+# 2. identical matrix pairs under two ids ---------------------------------------------------------------------
 def test_identical_pairs_share_a_cache_entry_but_keep_their_ids(tiny_snapshot, tmp_path):
     noisy = perturb_snapshot(tiny_snapshot, 0.05)
-    copied = [_with_matrix(_with_matrix(s, "L1.q", s.matrices["L0.q"]), "L1.o", s.matrices["L0.o"]) for s in (tiny_snapshot, noisy)]
+    copied = [
+        _with_matrix(_with_matrix(s, "L1.q", s.matrices["L0.q"]), "L1.o", s.matrices["L0.o"])
+        for s in (tiny_snapshot, noisy)
+    ]
     reference = drift_table(*copied, n_jobs=1, cache=DriftCache(None))
     cache = DriftCache(tmp_path / "c")
     for _ in range(2):  # cold, then from the cache
@@ -84,7 +119,7 @@ def test_identical_pairs_share_a_cache_entry_but_keep_their_ids(tiny_snapshot, t
     assert row.loc["L1.q", "h0_w1"] == row.loc["L0.q", "h0_w1"] and row.loc["L1.q", "layer"] == 1
 
 
-# 3. damaged cache entries -------------------------------------------------------------------------------------------
+# 3. damaged cache entries ------------------------------------------------------------------------------------
 def _flip(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x10
@@ -136,17 +171,58 @@ def test_edited_row_values_and_swapped_entries_are_not_trusted(tiny_snapshot, tm
     pd.testing.assert_frame_equal(drift_table(tiny_snapshot, noisy, n_jobs=1, cache=cache), reference)
 
 
-# 4. outputs never overwrite inputs -----------------------------------------------------------------------------------
+# 4. outputs never overwrite inputs ---------------------------------------------------------------------------
 def test_outputs_that_are_inputs_are_refused(files, tmp_path, capsys):
     pre, post, table = files
     before = {p: p.read_bytes() for p in (pre, post, table)}
     card = tmp_path / "card.json"
     cases = [
-        (["profile", table, "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", table], "should end in .json"),
-        (["profile", table, "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", pre], "should end in .json"),
-        (["profile", table, "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", tmp_path / "card.md"], "should end in .json"),
-        (["profile", table, "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", card, "--spectrum", card], "are the same file"),
-        (["profile", table, "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", card, "--spectrum", table], "is the drift table"),
+        (
+            ["profile", table, "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", table],
+            "should end in .json",
+        ),
+        (
+            ["profile", table, "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", pre],
+            "should end in .json",
+        ),
+        (
+            ["profile", table, "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", tmp_path / "card.md"],
+            "should end in .json",
+        ),
+        (
+            [
+                "profile",
+                table,
+                "--pretrained",
+                pre,
+                "--prior-task",
+                "sst2",
+                "--count",
+                "2",
+                "-o",
+                card,
+                "--spectrum",
+                card,
+            ],
+            "are the same file",
+        ),
+        (
+            [
+                "profile",
+                table,
+                "--pretrained",
+                pre,
+                "--prior-task",
+                "sst2",
+                "--count",
+                "2",
+                "-o",
+                card,
+                "--spectrum",
+                table,
+            ],
+            "is the drift table",
+        ),
         (["perturb", pre, "-o", pre], "is the input snapshot"),
         (["drift", pre, post, "-o", pre], "should end in .parquet or .csv"),
     ]
@@ -164,38 +240,131 @@ def test_outputs_that_are_inputs_are_refused(files, tmp_path, capsys):
 def test_card_markdown_view_never_replaces_a_json_card(files, tmp_path, capsys):
     pre, _, table = files
     yaml = tmp_path / "card.md.yaml"
-    code, _ = run_cli(capsys, "profile", table, "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", tmp_path / "card.json", "--spectrum", yaml)
-    assert code == 0 and json.loads((tmp_path / "card.json").read_text())["schema_version"] == 1 and (tmp_path / "card.md").read_text().startswith("#")
+    code, _ = run_cli(
+        capsys,
+        "profile",
+        table,
+        "--pretrained",
+        pre,
+        "--prior-task",
+        "sst2",
+        "--count",
+        "2",
+        "-o",
+        tmp_path / "card.json",
+        "--spectrum",
+        yaml,
+    )
+    assert (
+        code == 0
+        and json.loads((tmp_path / "card.json").read_text())["schema_version"] == 1
+        and (tmp_path / "card.md").read_text().startswith("#")
+    )
 
 
-# 5. + 6. the model behind a card ---------------------------------------------------------------------------------------
+# 5. + 6. the model behind a card -----------------------------------------------------------------------------
 def test_profile_counts_the_snapshots_own_model(files, tmp_path, capsys, tiny_llama):
     pre, _, table = files
-    assert main(["profile", str(table), "--pretrained", str(pre), "--prior-task", "sst2", "--count", "2", "-o", str(tmp_path / "c.json")]) == 0
+    assert (
+        main(
+            [
+                "profile",
+                str(table),
+                "--pretrained",
+                str(pre),
+                "--prior-task",
+                "sst2",
+                "--count",
+                "2",
+                "-o",
+                str(tmp_path / "c.json"),
+            ]
+        )
+        == 0
+    )
     card = json.loads((tmp_path / "c.json").read_text())
     total = sum(p.numel() for p in tiny_llama.model.parameters())
-    assert card["model"]["total_params"] == total and abs(card["trainable_fraction"] - card["trainable_params"] / total) < 1e-12
+    assert (
+        card["model"]["total_params"] == total
+        and abs(card["trainable_fraction"] - card["trainable_params"] / total) < 1e-12
+    )
     for bad in ("0", "1", "-5"):
-        code, err = run_cli(capsys, "profile", table, "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", tmp_path / "d.json", "--total-params", bad)
+        code, err = run_cli(
+            capsys,
+            "profile",
+            table,
+            "--pretrained",
+            pre,
+            "--prior-task",
+            "sst2",
+            "--count",
+            "2",
+            "-o",
+            tmp_path / "d.json",
+            "--total-params",
+            bad,
+        )
         assert code == 2 and "below the" in err
-    code, err = run_cli(capsys, "profile", table, "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", tmp_path / "d.json", "--model", "tiny-qwen2")
+    code, err = run_cli(
+        capsys,
+        "profile",
+        table,
+        "--pretrained",
+        pre,
+        "--prior-task",
+        "sst2",
+        "--count",
+        "2",
+        "-o",
+        tmp_path / "d.json",
+        "--model",
+        "tiny-qwen2",
+    )
     assert code == 2 and "is not the model of the pretrained snapshot" in err
 
 
 def test_profile_refuses_another_models_drift_table(files, tmp_path, capsys):
     pre, _, _ = files
     other = extract_snapshot(build_tiny_model("tiny-llama", seed=5))  # same shapes, other weights
-    save_table(drift_table(other, perturb_snapshot(other, 0.05), n_jobs=1, cache=DriftCache(None)), tmp_path / "other.parquet")
-    code, err = run_cli(capsys, "profile", tmp_path / "other.parquet", "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", tmp_path / "c.json")
+    save_table(
+        drift_table(other, perturb_snapshot(other, 0.05), n_jobs=1, cache=DriftCache(None)), tmp_path / "other.parquet"
+    )
+    code, err = run_cli(
+        capsys,
+        "profile",
+        tmp_path / "other.parquet",
+        "--pretrained",
+        pre,
+        "--prior-task",
+        "sst2",
+        "--count",
+        "2",
+        "-o",
+        tmp_path / "c.json",
+    )
     assert code == 2 and "drift table was computed from weights" in err
     small = build_tiny_model("tiny-llama", intermediate_size=64, hidden_size=32)
     snap = extract_snapshot(small)
-    save_table(drift_table(snap, perturb_snapshot(snap, 0.05), n_jobs=1, cache=DriftCache(None)), tmp_path / "small.parquet")
-    code, err = run_cli(capsys, "profile", tmp_path / "small.parquet", "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", tmp_path / "c.json")
+    save_table(
+        drift_table(snap, perturb_snapshot(snap, 0.05), n_jobs=1, cache=DriftCache(None)), tmp_path / "small.parquet"
+    )
+    code, err = run_cli(
+        capsys,
+        "profile",
+        tmp_path / "small.parquet",
+        "--pretrained",
+        pre,
+        "--prior-task",
+        "sst2",
+        "--count",
+        "2",
+        "-o",
+        tmp_path / "c.json",
+    )
     assert code == 2 and "shapes differ" in err
 
 
-# 7. unhandled exceptions -----------------------------------------------------------------------------------------------
+# 7. unhandled exceptions -------------------------------------------------------------------------------------
 def test_bad_tables_are_clear_errors(files, tmp_path, capsys):
     pre, _, table = files
     frame = pd.read_parquet(table)
@@ -208,12 +377,44 @@ def test_bad_tables_are_clear_errors(files, tmp_path, capsys):
         (tmp_path / name).write_bytes(data)
     frame.drop(columns=["pid"]).to_parquet(tmp_path / "nopid.parquet")
     pd.concat([frame, frame.iloc[:1]]).to_parquet(tmp_path / "dup.parquet")
-    expected = {"empty.parquet": "cannot be read", "truncated.parquet": "cannot be read", "snapshot.parquet": "cannot be read",
-                "nopid.parquet": "no column(s) ['pid']", "dup.parquet": "more than once", "pre.safetensors": "not a drift table"}
+    expected = {
+        "empty.parquet": "cannot be read",
+        "truncated.parquet": "cannot be read",
+        "snapshot.parquet": "cannot be read",
+        "nopid.parquet": "no column(s) ['pid']",
+        "dup.parquet": "more than once",
+        "pre.safetensors": "not a drift table",
+    }
     for name, message in expected.items():
-        code, err = run_cli(capsys, "profile", tmp_path / name, "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", tmp_path / "c.json")
+        code, err = run_cli(
+            capsys,
+            "profile",
+            tmp_path / name,
+            "--pretrained",
+            pre,
+            "--prior-task",
+            "sst2",
+            "--count",
+            "2",
+            "-o",
+            tmp_path / "c.json",
+        )
         assert code == 2 and message in err, (name, err)
-    code, err = run_cli(capsys, "profile", table, "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "--metric", "pid", "-o", tmp_path / "c.json")
+    code, err = run_cli(
+        capsys,
+        "profile",
+        table,
+        "--pretrained",
+        pre,
+        "--prior-task",
+        "sst2",
+        "--count",
+        "2",
+        "--metric",
+        "pid",
+        "-o",
+        tmp_path / "c.json",
+    )
     assert code == 2 and "no measure column 'pid'" in err
 
 
@@ -232,16 +433,54 @@ def _card_variants(card: dict) -> dict[str, object]:
 
 def test_bad_cards_are_clear_errors_before_any_training(files, tmp_path, capsys):
     pre, _, table = files
-    assert main(["profile", str(table), "--pretrained", str(pre), "--prior-task", "sst2", "--count", "2", "-o", str(tmp_path / "good.json")]) == 0
+    assert (
+        main(
+            [
+                "profile",
+                str(table),
+                "--pretrained",
+                str(pre),
+                "--prior-task",
+                "sst2",
+                "--count",
+                "2",
+                "-o",
+                str(tmp_path / "good.json"),
+            ]
+        )
+        == 0
+    )
     card = json.loads((tmp_path / "good.json").read_text())
     for name, data in _card_variants(card).items():
         path = tmp_path / "bad.json"
         path.write_text(json.dumps(data) if name != "deep nesting" else "[" * 100_000 + "]" * 100_000)
-        code, err = run_cli(capsys, "finetune", "--model", "tiny-llama", "--method", "profile", "--profile", path, "-o", tmp_path / "run")
+        code, err = run_cli(
+            capsys,
+            "finetune",
+            "--model",
+            "tiny-llama",
+            "--method",
+            "profile",
+            "--profile",
+            path,
+            "-o",
+            tmp_path / "run",
+        )
         assert code == 2 and "card" in err and "How to fix" in err, (name, err)
         assert not (tmp_path / "run" / "results.json").exists()
     (tmp_path / "bad.json").write_bytes(b"\xff\xfe{")
-    code, err = run_cli(capsys, "finetune", "--model", "tiny-llama", "--method", "profile", "--profile", tmp_path / "bad.json", "-o", tmp_path / "run")
+    code, err = run_cli(
+        capsys,
+        "finetune",
+        "--model",
+        "tiny-llama",
+        "--method",
+        "profile",
+        "--profile",
+        tmp_path / "bad.json",
+        "-o",
+        tmp_path / "run",
+    )
     assert code == 2 and "not valid UTF-8 JSON" in err
 
 
@@ -255,14 +494,28 @@ def test_bad_paths_and_options_are_clear_errors(files, tmp_path, capsys):
         (["drift", pre, post, "-o", "/proc/drift.parquet"], "system folder"),
         (["drift", pre, post, "-o", tmp_path / "a-file" / "d.parquet"], "which is a file"),
         (["drift", pre, post, "-o", tmp_path / "a-dir.parquet"], "is a folder"),
-        (["drift", pre, post, "-o", tmp_path / "d.parquet", "--jobs", "0"], "not a positive number of worker processes"),
-        (["finetune", "--model", "tiny-llama", "--method", "lora", "--lora-rank", "abc", "-o", tmp_path / "r"], None),  # argparse: exit 2 with usage
+        (
+            ["drift", pre, post, "-o", tmp_path / "d.parquet", "--jobs", "0"],
+            "not a positive number of worker processes",
+        ),
+        (
+            ["finetune", "--model", "tiny-llama", "--method", "lora", "--lora-rank", "abc", "-o", tmp_path / "r"],
+            None,
+        ),  # argparse: exit 2 with usage
         (["perturb", pre, "-o", tmp_path / "n.safetensors", "--seed", "-1"], "not a non-negative integer"),
-        (["finetune", "--model", "tiny-llama", "--data-source", tmp_path / "a-file", "-o", tmp_path / "r"], "neither 'hub' nor a data folder"),
+        (
+            ["finetune", "--model", "tiny-llama", "--data-source", tmp_path / "a-file", "-o", tmp_path / "r"],
+            "neither 'hub' nor a data folder",
+        ),
         (["finetune", "--model", "tiny-llama", "-o", tmp_path / "a-file"], "is a file, not a folder"),
     ]
     if os.geteuid() != 0:  # root writes anywhere: the permission case only means something for other users
-        cases.append((["drift", pre, post, "-o", tmp_path / "d.parquet", "--cache", locked / "c"], "cannot write the drift cache"))
+        cases.append(
+            (
+                ["drift", pre, post, "-o", tmp_path / "d.parquet", "--cache", locked / "c"],
+                "cannot write the drift cache",
+            )
+        )
     for argv, message in cases:
         try:
             code, err = run_cli(capsys, *argv)
@@ -275,11 +528,13 @@ def test_bad_paths_and_options_are_clear_errors(files, tmp_path, capsys):
 def test_unwritable_cache_is_refused_before_work(files, tmp_path, capsys):
     pre, post, _ = files
     (tmp_path / "cache-file").write_text("x")
-    code, err = run_cli(capsys, "drift", pre, post, "-o", tmp_path / "d.parquet", "--cache", tmp_path / "cache-file" / "c")
+    code, err = run_cli(
+        capsys, "drift", pre, post, "-o", tmp_path / "d.parquet", "--cache", tmp_path / "cache-file" / "c"
+    )
     assert code == 2 and "cannot write the drift cache" in err and not (tmp_path / "d.parquet").exists()
 
 
-# 8. snapshot metadata ----------------------------------------------------------------------------------------------------
+# 8. snapshot metadata ----------------------------------------------------------------------------------------
 def _rewrite_metadata(path: Path, edit) -> None:
     from safetensors import safe_open
     from safetensors.numpy import save_file
@@ -289,13 +544,16 @@ def _rewrite_metadata(path: Path, edit) -> None:
     save_file(tensors, str(path), metadata=edit(meta))
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda m: {k: v for k, v in m.items() if k != "model"}, "lacks metadata ['model']"),
-    (lambda m: {k: v for k, v in m.items() if k != "created"}, "lacks metadata ['created']"),
-    (lambda m: {k: v for k, v in m.items() if k != "weights_hash"}, "lacks metadata ['weights_hash']"),
-    (lambda m: {**m, "base_model": "someone-else"}, "metadata does not match its own hash"),
-    (lambda m: {**m, "total_params": "12"}, "metadata does not match its own hash"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda m: {k: v for k, v in m.items() if k != "model"}, "lacks metadata ['model']"),
+        (lambda m: {k: v for k, v in m.items() if k != "created"}, "lacks metadata ['created']"),
+        (lambda m: {k: v for k, v in m.items() if k != "weights_hash"}, "lacks metadata ['weights_hash']"),
+        (lambda m: {**m, "base_model": "someone-else"}, "metadata does not match its own hash"),
+        (lambda m: {**m, "total_params": "12"}, "metadata does not match its own hash"),
+    ],
+)
 def test_snapshot_metadata_is_verified(tmp_path, tiny_snapshot, edit, message, capsys):
     path = save_snapshot(tiny_snapshot, tmp_path / "s.safetensors")
     _rewrite_metadata(path, edit)
@@ -309,7 +567,7 @@ def test_perturb_scale_must_be_positive_and_finite(files, tmp_path, capsys, scal
     assert code == 2 and "not a positive finite number" in err and not (tmp_path / "n.safetensors").exists()
 
 
-# 9. hygiene -----------------------------------------------------------------------------------------------------------------
+# 9. hygiene --------------------------------------------------------------------------------------------------
 def test_ctrl_c_is_one_line_and_exit_130(files, tmp_path, capsys, monkeypatch):
     import topotuner_lab.drift as drift_mod
 
@@ -330,8 +588,20 @@ def test_sigterm_stops_cleanly_and_leaves_no_workers(tmp_path):
     snap = Snapshot(big, "big", "big", "r", "llama", total_params=10**7)
     save_snapshot(snap, tmp_path / "a.safetensors")
     save_snapshot(perturb_snapshot(snap, 0.1), tmp_path / "b.safetensors")
-    cmd = [sys.executable, "-m", "topotuner_lab.cli", "drift", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"),
-           "-o", str(tmp_path / "d.parquet"), "-j", "2", "--cache", str(tmp_path / "c")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "topotuner_lab.cli",
+        "drift",
+        str(tmp_path / "a.safetensors"),
+        str(tmp_path / "b.safetensors"),
+        "-o",
+        str(tmp_path / "d.parquet"),
+        "-j",
+        "2",
+        "--cache",
+        str(tmp_path / "c"),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while time.time() < deadline and len(psutil.Process(proc.pid).children(recursive=True)) < 2:
@@ -341,7 +611,9 @@ def test_sigterm_stops_cleanly_and_leaves_no_workers(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err and "interrupted" in err
     time.sleep(1.0)
-    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE], "worker processes left running"
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE], (
+        "worker processes left running"
+    )
 
 
 def test_jobs_are_capped_at_the_core_count():

@@ -26,7 +26,9 @@ class CardComparison:
     only_a: list[str]
     only_b: list[str]
     jaccard: float | None  # trainable-set overlap; None across models
-    rank_spearman: float | None  # Spearman of the two cards' pick orders (first pick = rank 1); -1 = opposite ends; None across models
+    rank_spearman: (
+        float | None
+    )  # Spearman of the two cards' pick orders (first pick = rank 1); -1 = opposite ends; None across models
     kind_share: pd.DataFrame  # share of each card's trainable parameters per projection kind (rows q, k, v, o)
     mean_depth: tuple[float, float]  # mean relative depth (0 = first layer, 1 = last) of each card's trainable ids
 

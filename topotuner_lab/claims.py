@@ -62,7 +62,11 @@ def budget_of(run: str) -> str | None:
 
 def compared_runs(results: pd.DataFrame) -> pd.DataFrame:
     """Runs at each method's selected rate with the linear schedule (sweep runs and constant-rate runs left out)."""
-    keep = results["selected"].astype(bool) & (results["schedule"].fillna("linear") == "linear") & ~results["run"].str.contains(r"\+", regex=True)
+    keep = (
+        results["selected"].astype(bool)
+        & (results["schedule"].fillna("linear") == "linear")
+        & ~results["run"].str.contains(r"\+", regex=True)
+    )
     return results[keep]
 
 
@@ -76,9 +80,19 @@ def _best_by_validation(group: pd.DataFrame, strategies: tuple[str, ...], budget
     return str(runs.groupby("run")["val_acc"].mean().idxmax())
 
 
-def _result(claim: str, setting: str, measure: str, interval: Interval, threshold: float, higher_is_better: bool = True) -> ClaimResult:
-    return ClaimResult(claim, setting, measure, interval.estimate, interval.low, interval.high, threshold,
-                       verdict(interval, threshold, higher_is_better=higher_is_better))
+def _result(
+    claim: str, setting: str, measure: str, interval: Interval, threshold: float, higher_is_better: bool = True
+) -> ClaimResult:
+    return ClaimResult(
+        claim,
+        setting,
+        measure,
+        interval.estimate,
+        interval.low,
+        interval.high,
+        threshold,
+        verdict(interval, threshold, higher_is_better=higher_is_better),
+    )
 
 
 def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]]) -> list[ClaimResult]:
@@ -102,18 +116,47 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
         best = _best_by_validation(group, TOPOLOGY)
         has_full = (group["run"] == "full").any()
         if best and has_full:
-            claims.append(_result("competitive with full fine-tuning", setting, f"{best} - full (test accuracy)",
-                                  paired(group, best, "full"), -COMPETITIVE_MARGIN))
-            claims.append(_result("less forgetting than full FT", setting, f"{best} - full (out-of-domain accuracy after)",
-                                  paired(group, best, "full", "ood_correct_after"), 0.0))
+            claims.append(
+                _result(
+                    "competitive with full fine-tuning",
+                    setting,
+                    f"{best} - full (test accuracy)",
+                    paired(group, best, "full"),
+                    -COMPETITIVE_MARGIN,
+                )
+            )
+            claims.append(
+                _result(
+                    "less forgetting than full FT",
+                    setting,
+                    f"{best} - full (out-of-domain accuracy after)",
+                    paired(group, best, "full", "ood_correct_after"),
+                    0.0,
+                )
+            )
         for lora in sorted(group.loc[group["run"].str.startswith("lora@"), "run"].unique()):
             card = _best_by_validation(group, TOPOLOGY, budget_of(lora))
             if card:
-                claims.append(_result("beats LoRA at a matched budget", setting, f"{card} - {lora} (test accuracy)", paired(group, card, lora), 0.0))
+                claims.append(
+                    _result(
+                        "beats LoRA at a matched budget",
+                        setting,
+                        f"{card} - {lora} (test accuracy)",
+                        paired(group, card, lora),
+                        0.0,
+                    )
+                )
         control = _best_by_validation(group, CONTROLS)
         if best and control:
-            claims.append(_result("topology beats the controls (not a paper claim)", setting, f"{best} - {control} (test accuracy)",
-                                  paired(group, best, control), 0.0))
+            claims.append(
+                _result(
+                    "topology beats the controls (not a paper claim)",
+                    setting,
+                    f"{best} - {control} (test accuracy)",
+                    paired(group, best, control),
+                    0.0,
+                )
+            )
     claims += _speed_claims(runs) + _stopping_claims(results)
     return claims
 
@@ -124,21 +167,44 @@ def _speed_claims(runs: pd.DataFrame) -> list[ClaimResult]:
     for name, threshold in (("full", FASTER_THAN_FULL), ("lora", FASTER_THAN_LORA)):
         other = runs.loc[runs["run"].str.startswith(name), "sec_per_epoch"]
         if len(profile) and len(other):
-            out.append(_result(f"faster per epoch than {'full FT' if name == 'full' else 'LoRA'}", "all settings",
-                               f"median profile / median {name} seconds per epoch", bootstrap_ratio(profile, other), threshold, higher_is_better=False))
+            out.append(
+                _result(
+                    f"faster per epoch than {'full FT' if name == 'full' else 'LoRA'}",
+                    "all settings",
+                    f"median profile / median {name} seconds per epoch",
+                    bootstrap_ratio(profile, other),
+                    threshold,
+                    higher_is_better=False,
+                )
+            )
     return out
 
 
 def _stopping_claims(results: pd.DataFrame) -> list[ClaimResult]:
     """Median stop epoch of the card runs (runs that never stopped count as the full budget), per schedule."""
     out = []
-    cards = results[results["run"].str.startswith("profile:") & results["selected"].astype(bool) | results["run"].str.contains(r"\+constant", regex=True)]
+    cards = results[
+        results["run"].str.startswith("profile:") & results["selected"].astype(bool)
+        | results["run"].str.contains(r"\+constant", regex=True)
+    ]
     for schedule, group in cards.groupby(cards["schedule"].fillna("linear")):
         budget = int(group["epochs_run"].max())
         stops = group["stop_epoch"].fillna(budget).astype(float)
-        claim = "early stopping often stops after 2-3 of 6 epochs" if schedule == "linear" else "early stopping, constant learning rate (not a paper claim)"
-        out.append(_result(claim, f"{schedule} schedule, {len(stops)} runs", f"median stop epoch of {budget} (never stopped = {budget})",
-                           bootstrap_stat(stops), EARLY_STOP_SHARE * budget, higher_is_better=False))
+        claim = (
+            "early stopping often stops after 2-3 of 6 epochs"
+            if schedule == "linear"
+            else "early stopping, constant learning rate (not a paper claim)"
+        )
+        out.append(
+            _result(
+                claim,
+                f"{schedule} schedule, {len(stops)} runs",
+                f"median stop epoch of {budget} (never stopped = {budget})",
+                bootstrap_stat(stops),
+                EARLY_STOP_SHARE * budget,
+                higher_is_better=False,
+            )
+        )
     return out
 
 

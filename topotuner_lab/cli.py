@@ -29,14 +29,21 @@ def _cmd_extract(args: argparse.Namespace) -> None:
     from .streaming import is_streamable, stream_snapshot
 
     check_writable(args.output, "output snapshot", suffixes=SNAPSHOT_SUFFIX)
-    refuse_overwrite({"model": args.model if args.model and Path(args.model).exists() else None, "base checkpoint": args.base},
-                     {"output snapshot": args.output})
+    refuse_overwrite(
+        {"model": args.model if args.model and Path(args.model).exists() else None, "base checkpoint": args.base},
+        {"output snapshot": args.output},
+    )
     if args.base is not None or (args.model is not None and is_streamable(args.model)):
         if args.model is None:
-            raise ParameterError("--base needs the fine-tuned checkpoint, adapter or profile-run folder as MODEL", "topotuner-lab extract RUN_FOLDER --base PRETRAINED_FOLDER -o FILE")
+            raise ParameterError(
+                "--base needs the fine-tuned checkpoint, adapter or profile-run folder as MODEL",
+                "topotuner-lab extract RUN_FOLDER --base PRETRAINED_FOLDER -o FILE",
+            )
         print(f"streaming the attention tensors of {args.model} (no model is loaded) ...", file=sys.stderr)
         snap = load_snapshot(stream_snapshot(args.model, args.output, base=args.base, base_model=args.base_model))
-        print(f"wrote {args.output}: {len(snap.matrices)} projections of {snap.model} (weights {snap.weights_hash[:12]})")
+        print(
+            f"wrote {args.output}: {len(snap.matrices)} projections of {snap.model} (weights {snap.weights_hash[:12]})"
+        )
         return
     print(f"loading {args.model or 'the embedded default model'} ...", file=sys.stderr)
     snap = extract_snapshot(load_model(args.model), base_model=args.base_model)
@@ -60,13 +67,28 @@ def _cmd_drift(args: argparse.Namespace) -> None:
 
     check_writable(args.output, "output table", suffixes=TABLE_SUFFIXES)
     refuse_overwrite({"first snapshot": args.before, "second snapshot": args.after}, {"output table": args.output})
-    settings = DriftSettings(maxdim=args.maxdim, metric=args.metric, orders=tuple(args.p), solver=args.solver, n_perm=args.n_perm, seed=args.seed)
+    settings = DriftSettings(
+        maxdim=args.maxdim,
+        metric=args.metric,
+        orders=tuple(args.p),
+        solver=args.solver,
+        n_perm=args.n_perm,
+        seed=args.seed,
+    )
     jobs = check_jobs(args.jobs)
     cache = DriftCache(None) if args.no_cache else DriftCache(args.cache) if args.cache else DriftCache()
     cache.check_writable()
     start = time.perf_counter()
-    table = drift_table(load_snapshot(args.before), load_snapshot(args.after), settings, n_jobs=jobs, cache=cache, progress=True,
-                        allow_other_base=args.allow_other_base, scheduler=args.scheduler)
+    table = drift_table(
+        load_snapshot(args.before),
+        load_snapshot(args.after),
+        settings,
+        n_jobs=jobs,
+        cache=cache,
+        progress=True,
+        allow_other_base=args.allow_other_base,
+        scheduler=args.scheduler,
+    )
     save_table(table, args.output)
     print(f"wrote {args.output}: {len(table)} projections in {time.perf_counter() - start:.1f} s")
 
@@ -84,8 +106,11 @@ def _total_params(args: argparse.Namespace, pretrained: Any) -> int | None:
 
     loaded = load_model(args.model)
     if extract_snapshot(loaded).weights_hash != pretrained.weights_hash:
-        raise ParameterError(f"--model {args.model} is not the model of the pretrained snapshot {args.pretrained}",
-                             "pass the pretrained model the snapshot was extracted from, or omit --model to use the count the snapshot records")
+        raise ParameterError(
+            f"--model {args.model} is not the model of the pretrained snapshot {args.pretrained}",
+            "pass the pretrained model the snapshot was extracted from, or omit --model to use the count the "
+            "snapshot records",
+        )
     return count_parameters(loaded.model)
 
 
@@ -97,15 +122,27 @@ def _cmd_profile(args: argparse.Namespace) -> None:
 
     output = check_writable(args.output, "card", suffixes=(".json",))
     outputs = {"card": output, "card's Markdown view": output.with_suffix(".md"), "Spectrum YAML": args.spectrum}
-    refuse_overwrite({"drift table": args.table, "pretrained snapshot": args.pretrained, "noise table": args.noise_table}, outputs)
+    refuse_overwrite(
+        {"drift table": args.table, "pretrained snapshot": args.pretrained, "noise table": args.noise_table}, outputs
+    )
     if args.spectrum:
         check_writable(args.spectrum, "Spectrum YAML", suffixes=(".yaml", ".yml"))
     table, pretrained = load_table(args.table), load_snapshot(args.pretrained)
     identity = ModelIdentity.from_snapshot(pretrained, _total_params(args, pretrained))
     noise = [load_table(path) for path in args.noise_table or []]
-    card = build_profile(table, identity, prior_task=args.prior_task, strategy=args.strategy, metric=args.metric, count=args.count,
-                         fraction=None if args.budget is None else args.budget / 100, seed=args.seed, stop_threshold=args.stop_threshold,
-                         normalization=args.normalization, noise=noise)
+    card = build_profile(
+        table,
+        identity,
+        prior_task=args.prior_task,
+        strategy=args.strategy,
+        metric=args.metric,
+        count=args.count,
+        fraction=None if args.budget is None else args.budget / 100,
+        seed=args.seed,
+        stop_threshold=args.stop_threshold,
+        normalization=args.normalization,
+        noise=noise,
+    )
     if noise:
         print(noise_check(table, noise, card.metric).message, file=sys.stderr)
     card.save(args.output)
@@ -113,7 +150,10 @@ def _cmd_profile(args: argparse.Namespace) -> None:
         from . import atomic
 
         atomic.write_text(args.spectrum, card.to_spectrum_yaml())
-    print(f"wrote {args.output}: {len(card.trainable)} trainable projections, {card.trainable_params:,} parameters ({100 * card.trainable_fraction:.2f}%)")
+    print(
+        f"wrote {args.output}: {len(card.trainable)} trainable projections, {card.trainable_params:,} parameters "
+        f"({100 * card.trainable_fraction:.2f}%)"
+    )
 
 
 def _cmd_finetune(args: argparse.Namespace) -> None:
@@ -125,8 +165,10 @@ def _cmd_finetune(args: argparse.Namespace) -> None:
     check_output_dir(cfg.output_dir, "run folder")
     refuse_overwrite({"profile card": cfg.profile}, {"run folder": cfg.output_dir})
     res = run_finetune(load_model(args.model), cfg)
-    print(f"{cfg.method} on {cfg.task}: test accuracy {res['test_accuracy']:.3f}, {res['epochs_run']} epoch(s), "
-          f"{res['seconds_per_epoch']:.1f} s/epoch; results in {cfg.output_dir}/results.json")
+    print(
+        f"{cfg.method} on {cfg.task}: test accuracy {res['test_accuracy']:.3f}, {res['epochs_run']} epoch(s), "
+        f"{res['seconds_per_epoch']:.1f} s/epoch; results in {cfg.output_dir}/results.json"
+    )
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> None:
@@ -176,7 +218,11 @@ def _flag(name: str) -> list[str]:
 
 #: CLI spellings kept from earlier versions, and option types that are not the field default's type
 _FINETUNE_ALIASES = {"output_dir": ["-o", "--output", "--output-dir"], "learning_rate": ["--lr", "--learning-rate"]}
-_FINETUNE_TYPES: dict[str, Callable[[str], Any]] = {"lora_rank": _rank, "stop_threshold": _threshold, "learning_rate": float}
+_FINETUNE_TYPES: dict[str, Callable[[str], Any]] = {
+    "lora_rank": _rank,
+    "stop_threshold": _threshold,
+    "learning_rate": float,
+}
 
 
 def add_config_options(parser: argparse.ArgumentParser, config: type) -> None:
@@ -187,11 +233,19 @@ def add_config_options(parser: argparse.ArgumentParser, config: type) -> None:
         if f.default is False:
             parser.add_argument(*flags, dest=f.name, action="store_true", help=help_text)
         elif f.default is True:
-            parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=True, help=help_text)
+            parser.add_argument(
+                *flags, dest=f.name, action=argparse.BooleanOptionalAction, default=True, help=help_text
+            )
         else:
             kind = _FINETUNE_TYPES.get(f.name) or (type(f.default) if f.default is not None else str)
-            parser.add_argument(*flags, dest=f.name, type=kind, default=f.default, choices=f.metadata.get("choices"),
-                                help=f"{help_text} (default: %(default)s)")
+            parser.add_argument(
+                *flags,
+                dest=f.name,
+                type=kind,
+                default=f.default,
+                choices=f.metadata.get("choices"),
+                help=f"{help_text} (default: %(default)s)",
+            )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,17 +259,30 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     ext = sub.add_parser("extract", help="save a model's attention matrices as a snapshot")
-    ext.add_argument("model", nargs="?", default=None, help="model folder, .gguf file, hub id or tiny-* (default: embedded SmolLM2-135M)")
+    ext.add_argument(
+        "model",
+        nargs="?",
+        default=None,
+        help="model folder, .gguf file, hub id or tiny-* (default: embedded SmolLM2-135M)",
+    )
     ext.add_argument("-o", "--output", required=True, help="snapshot file to write (.safetensors)")
-    ext.add_argument("--base-model", default=None, help="the name of the pretrained model this one was fine-tuned from (recorded)")
-    ext.add_argument("--base", default=None, help="pretrained checkpoint folder, when MODEL is a LoRA adapter or a profile run's checkpoint "
-                     "(its tensors are merged on the fly, streamed)")
+    ext.add_argument(
+        "--base-model", default=None, help="the name of the pretrained model this one was fine-tuned from (recorded)"
+    )
+    ext.add_argument(
+        "--base",
+        default=None,
+        help="pretrained checkpoint folder, when MODEL is a LoRA adapter or a profile run's checkpoint "
+        "(its tensors are merged on the fly, streamed)",
+    )
     ext.set_defaults(func=_cmd_extract)
 
     per = sub.add_parser("perturb", help="add tiny Gaussian noise to a snapshot (drift noise floor)")
     per.add_argument("snapshot", help="snapshot to perturb (not changed)")
     per.add_argument("-o", "--output", required=True, help="perturbed snapshot to write (.safetensors)")
-    per.add_argument("--scale", type=float, default=1e-3, help="noise std as a fraction of each matrix's std (default: %(default)s)")
+    per.add_argument(
+        "--scale", type=float, default=1e-3, help="noise std as a fraction of each matrix's std (default: %(default)s)"
+    )
     per.add_argument("--seed", type=int, default=0, help="noise seed, >= 0 (default: %(default)s)")
     per.set_defaults(func=_cmd_perturb)
 
@@ -223,35 +290,72 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("before", help="pretrained snapshot")
     dr.add_argument("after", help="fine-tuned snapshot of the same model")
     dr.add_argument("-o", "--output", required=True, help="table to write: .parquet or .csv")
-    dr.add_argument("--maxdim", type=int, default=1, choices=[0, 1], help="highest homology dimension (default: %(default)s)")
-    dr.add_argument("--metric", default="euclidean", choices=METRICS, help="distance between rows (default: %(default)s)")
-    dr.add_argument("-p", type=float, nargs="+", default=[1.0, 2.0], help="Wasserstein orders, each >= 1 (default: 1 2)")
+    dr.add_argument(
+        "--maxdim", type=int, default=1, choices=[0, 1], help="highest homology dimension (default: %(default)s)"
+    )
+    dr.add_argument(
+        "--metric", default="euclidean", choices=METRICS, help="distance between rows (default: %(default)s)"
+    )
+    dr.add_argument(
+        "-p", type=float, nargs="+", default=[1.0, 2.0], help="Wasserstein orders, each >= 1 (default: 1 2)"
+    )
     dr.add_argument("--solver", default="auto", choices=SOLVERS, help="Wasserstein solver (default: %(default)s)")
-    dr.add_argument("--n-perm", type=int, default=None, help="greedy subsample size for H1 (approximate; default: all rows)")
+    dr.add_argument(
+        "--n-perm", type=int, default=None, help="greedy subsample size for H1 (approximate; default: all rows)"
+    )
     dr.add_argument("--seed", type=int, default=0, help="start point of the greedy subsample (default: %(default)s)")
-    dr.add_argument("-j", "--jobs", type=int, default=2, help="worker processes, capped at the core count (default: %(default)s)")
+    dr.add_argument(
+        "-j", "--jobs", type=int, default=2, help="worker processes, capped at the core count (default: %(default)s)"
+    )
     dr.add_argument("--cache", default=None, help="cache folder (default: ~/.cache/topotuner_lab/drift)")
     dr.add_argument("--no-cache", action="store_true", help="compute everything, store nothing")
     dr.add_argument("--allow-other-base", action="store_true", help="allow snapshots whose base models differ")
-    dr.add_argument("--scheduler", default=None, help="'local' for a Dask LocalCluster of --jobs workers, or a Dask scheduler address "
-                    "(tcp://host:8786) to spread the table over a cluster; the cache must be a path every worker sees")
+    dr.add_argument(
+        "--scheduler",
+        default=None,
+        help="'local' for a Dask LocalCluster of --jobs workers, or a Dask scheduler address "
+        "(tcp://host:8786) to spread the table over a cluster; the cache must be a path every worker sees",
+    )
     dr.set_defaults(func=_cmd_drift)
 
     pr = sub.add_parser("profile", help="build a profile card from a drift table")
     pr.add_argument("table", help="drift table (.parquet/.csv)")
     pr.add_argument("--pretrained", required=True, help="snapshot of the pretrained model the table was computed from")
     pr.add_argument("--prior-task", required=True, help="the task the drift came from (recorded in the card)")
-    pr.add_argument("--strategy", default="high-drift", choices=STRATEGIES, help="which matrices train (default: %(default)s)")
+    pr.add_argument(
+        "--strategy", default="high-drift", choices=STRATEGIES, help="which matrices train (default: %(default)s)"
+    )
     pr.add_argument("--metric", default="h0_w1", help="drift-table column to rank by (default: %(default)s)")
-    pr.add_argument("--normalization", default="raw", choices=NORMALIZATIONS, help="make matrices of different sizes comparable (default: %(default)s)")
-    pr.add_argument("--noise-table", action="append", default=None,
-                    help="drift table of the pretrained snapshot against a perturbed copy; repeat for several seeds (noise check, 'noise-z')")
+    pr.add_argument(
+        "--normalization",
+        default="raw",
+        choices=NORMALIZATIONS,
+        help="make matrices of different sizes comparable (default: %(default)s)",
+    )
+    pr.add_argument(
+        "--noise-table",
+        action="append",
+        default=None,
+        help="drift table of the pretrained snapshot against a perturbed copy; repeat for several seeds (noise "
+        "check, 'noise-z')",
+    )
     group = pr.add_mutually_exclusive_group(required=True)
     group.add_argument("--count", type=int, help="number of trainable matrices")
     group.add_argument("--budget", type=float, help="trainable-parameter budget in percent of the model, e.g. 1")
-    pr.add_argument("--model", default=None, help="the pretrained model, to count its parameters (default: the count the snapshot records)")
-    pr.add_argument("--total-params", type=int, default=None, help="the model's parameter count (default: the count the snapshot records)")
-    pr.add_argument("--stop-threshold", type=float, default=None, help="early-stopping threshold recorded in the card, in (0, 1)")
+    pr.add_argument(
+        "--model",
+        default=None,
+        help="the pretrained model, to count its parameters (default: the count the snapshot records)",
+    )
+    pr.add_argument(
+        "--total-params",
+        type=int,
+        default=None,
+        help="the model's parameter count (default: the count the snapshot records)",
+    )
+    pr.add_argument(
+        "--stop-threshold", type=float, default=None, help="early-stopping threshold recorded in the card, in (0, 1)"
+    )
     pr.add_argument("--seed", type=int, default=0, help="seed of the random control (default: %(default)s)")
     pr.add_argument("-o", "--output", required=True, help="card .json (a .md view is written beside it)")
     pr.add_argument("--spectrum", default=None, help="also write the unfrozen_parameters YAML (Spectrum/axolotl)")
@@ -269,8 +373,12 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(func=_cmd_reproduce)
 
     nb = sub.add_parser("run-notebooks", help="execute the notebook series headlessly with papermill")
-    nb.add_argument("--profile", default="tiny", choices=tuple(PROFILES), help="tiny: in-memory model (CI); default: SmolLM2-135M")
-    nb.add_argument("-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"), help="override a notebook parameter")
+    nb.add_argument(
+        "--profile", default="tiny", choices=tuple(PROFILES), help="tiny: in-memory model (CI); default: SmolLM2-135M"
+    )
+    nb.add_argument(
+        "-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"), help="override a notebook parameter"
+    )
     nb.add_argument("-o", "--output", default=None, help="output folder (default: runs/notebooks-PROFILE)")
     nb.set_defaults(func=_cmd_run_notebooks)
     return parser
@@ -288,7 +396,14 @@ def _stop_workers() -> None:
         get_reusable_executor().shutdown(wait=False, kill_workers=True)
 
 
-def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None) -> None:
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
     """Warnings as one line on stderr (no source line, no file position)."""
     print(f"warning: {message}", file=sys.stderr)
 
@@ -312,17 +427,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted: finished work is kept (files are written atomically); run the same command again to resume", file=sys.stderr)
+        print(
+            "interrupted: finished work is kept (files are written atomically); run the same command again to resume",
+            file=sys.stderr,
+        )
         return 130
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""
-        print(f"error: {exc.strerror or exc}{where}\n  How to fix: check the path exists, is of the right kind and can be written", file=sys.stderr)
+        print(
+            f"error: {exc.strerror or exc}{where}\n  How to fix: check the path exists, is of the right kind and "
+            "can be written",
+            file=sys.stderr,
+        )
         return 2
     except Exception as exc:  # noqa: BLE001 - the last guard: one line, the traceback only on request
         if os.environ.get("TOPOTUNER_DEBUG"):
             raise
-        print(f"internal error: {exc.__class__.__name__}: {exc}\n  How to fix: this is a bug; rerun with TOPOTUNER_DEBUG=1 for the traceback "
-              "and report it", file=sys.stderr)
+        print(
+            f"internal error: {exc.__class__.__name__}: {exc}\n  How to fix: this is a bug; rerun with "
+            "TOPOTUNER_DEBUG=1 for the traceback "
+            "and report it",
+            file=sys.stderr,
+        )
         return 1
     finally:
         warnings.showwarning = shown

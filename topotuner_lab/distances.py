@@ -29,7 +29,9 @@ _SQRT2 = float(np.sqrt(2.0))
 
 def _check_order(p: float) -> None:
     if not (isinstance(p, (int, float)) and p >= 1 and np.isfinite(p)):
-        raise ParameterError(f"Wasserstein order p={p!r} is not a finite number >= 1", "use p=1 or p=2 (bottleneck is a separate metric)")
+        raise ParameterError(
+            f"Wasserstein order p={p!r} is not a finite number >= 1", "use p=1 or p=2 (bottleneck is a separate metric)"
+        )
 
 
 def _as_diagram(dgm: np.ndarray) -> np.ndarray:
@@ -59,7 +61,9 @@ def h0_wasserstein(deaths_a: np.ndarray, deaths_b: np.ndarray, p: float = 1.0) -
     return float(row[-1] ** (1.0 / p))
 
 
-def wasserstein(dgm_a: np.ndarray, dgm_b: np.ndarray, p: float = 1.0, solver: Solver = "auto", delta: float = 0.01) -> float:
+def wasserstein(
+    dgm_a: np.ndarray, dgm_b: np.ndarray, p: float = 1.0, solver: Solver = "auto", delta: float = 0.01
+) -> float:
     """p-Wasserstein distance between two diagrams (Euclidean ground metric).
 
     Parameters
@@ -83,7 +87,9 @@ def wasserstein(dgm_a: np.ndarray, dgm_b: np.ndarray, p: float = 1.0, solver: So
     h0 = is_h0_diagram(a) and is_h0_diagram(b)
     if solver == "h0" or (solver == "auto" and h0):
         if not h0:
-            raise ParameterError("solver='h0' was given diagrams with non-zero births", "use solver='pot' or 'hera' for H1 diagrams")
+            raise ParameterError(
+                "solver='h0' was given diagrams with non-zero births", "use solver='pot' or 'hera' for H1 diagrams"
+            )
         return h0_wasserstein(a[:, 1], b[:, 1], p)
     if solver == "hera" or (solver == "auto" and max(len(a), len(b)) > HERA_ABOVE):
         from gudhi.hera import wasserstein_distance as hera_wasserstein
@@ -144,8 +150,15 @@ def bottleneck(dgm_a: np.ndarray, dgm_b: np.ndarray) -> float:
     """Exact bottleneck distance (L-infinity ground metric): the O(n log n) H0 route when both diagrams are H0
     (all births 0), hera's exact solver (``delta=0``) otherwise.
 
-    Not ``gudhi.bottleneck_distance``: on H0 diagrams (all points on the line birth = 0) it returned 1.5 where the
-    exact distance is 1.0 (deaths {1, 2, 3, 4} vs {4, 5}; hera and persim give 1.0); a test keeps that case.
+    Parameters
+    ----------
+    dgm_a, dgm_b : (m, 2) arrays of (birth, death) pairs.
+
+    Returns
+    -------
+    The distance in filtration units. Not ``gudhi.bottleneck_distance``: on H0 diagrams (all points on the line
+    birth = 0) it returned 1.5 where the exact distance is 1.0 (deaths {1, 2, 3, 4} vs {4, 5}; hera and persim give
+    1.0); a test keeps that case.
     """
     from gudhi.hera import bottleneck_distance as hera_bottleneck
 

@@ -12,9 +12,9 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,17 @@ MAGNITUDE_COLUMNS: tuple[str, ...] = ("rel_frobenius", "rel_spectral", "row_cosi
 
 @dataclass(frozen=True)
 class DriftSettings:
-    """What the table measures: homology dimensions, Wasserstein orders, metric, solver, subsampling."""
+    """What the table measures; part of every cache key.
+
+    Attributes
+    ----------
+    maxdim : 0 for H0 only, 1 for H0 and H1.
+    metric : distance between rows, ``"euclidean"`` or ``"cosine"`` (1 - cos).
+    orders : Wasserstein orders p (each >= 1): one ``h{k}_w{p}`` column per dimension and order.
+    bottleneck : also the bottleneck distance (``h{k}_bottleneck``).
+    solver : Wasserstein solver for H1 (``"auto"``: exact POT up to ``distances.HERA_ABOVE`` points, hera beyond).
+    n_perm, seed : optional greedy subsample of rows for H1 (approximate; None = all rows).
+    """
 
     maxdim: int = 1
     metric: Metric = "euclidean"
@@ -48,7 +58,9 @@ class DriftSettings:
     def __post_init__(self) -> None:
         if self.solver not in SOLVERS:
             raise ParameterError(f"unknown solver {self.solver!r}", f"use one of {', '.join(SOLVERS)}")
-        if not self.orders or any(isinstance(p, bool) or not isinstance(p, (int, float)) or not np.isfinite(p) or p < 1 for p in self.orders):
+        if not self.orders or any(
+            isinstance(p, bool) or not isinstance(p, (int, float)) or not np.isfinite(p) or p < 1 for p in self.orders
+        ):
             raise ParameterError(f"orders={self.orders!r} must be Wasserstein orders >= 1", "use e.g. orders=(1, 2)")
         self.persistence()  # validates maxdim, metric, n_perm
 
@@ -107,8 +119,10 @@ class DriftCache:
             with tempfile.NamedTemporaryFile(dir=root, prefix=".probe-"):
                 pass
         except OSError as exc:
-            raise ParameterError(f"cannot write the drift cache at {root} ({exc.strerror or exc})",
-                                 "pass --cache with a writable folder, or --no-cache") from exc
+            raise ParameterError(
+                f"cannot write the drift cache at {root} ({exc.strerror or exc})",
+                "pass --cache with a writable folder, or --no-cache",
+            ) from exc
 
     def _read_diagrams(self, path: Path, key: str, maxdim: int) -> Diagrams | None:
         try:
@@ -171,8 +185,14 @@ def value_columns(settings: DriftSettings) -> list[str]:
     return ["rows", "cols", *settings.columns(), *sizes, *persistence, *MAGNITUDE_COLUMNS]
 
 
-def pair_values(before: np.ndarray, after: np.ndarray, settings: DriftSettings, cache: DriftCache,
-                hashes: tuple[str, str] | None = None, n_threads: int = 1) -> dict[str, Any]:
+def pair_values(
+    before: np.ndarray,
+    after: np.ndarray,
+    settings: DriftSettings,
+    cache: DriftCache,
+    hashes: tuple[str, str] | None = None,
+    n_threads: int = 1,
+) -> dict[str, Any]:
     """Topological drift and magnitude metrics of one matrix pair (cached by content, not by id)."""
     hash_a, hash_b = hashes or (matrix_hash(before), matrix_hash(after))
     key = cache.row_key(hash_a, hash_b, settings)
@@ -201,8 +221,15 @@ def _with_id(pid: str, values: dict[str, Any]) -> dict[str, Any]:
     return {"pid": pid, "layer": layer, "kind": kind, **values}
 
 
-def drift_row(pid: str, before: np.ndarray, after: np.ndarray, settings: DriftSettings, cache: DriftCache,
-              hashes: tuple[str, str] | None = None, n_threads: int = 1) -> dict[str, Any]:
+def drift_row(
+    pid: str,
+    before: np.ndarray,
+    after: np.ndarray,
+    settings: DriftSettings,
+    cache: DriftCache,
+    hashes: tuple[str, str] | None = None,
+    n_threads: int = 1,
+) -> dict[str, Any]:
     """One table row: the projection id, its layer and kind, and :func:`pair_values` of the pair."""
     return _with_id(pid, pair_values(before, after, settings, cache, hashes, n_threads))
 
@@ -214,7 +241,10 @@ def _pid_values(pid: str, *args: Any) -> tuple[str, dict[str, Any]]:
 def check_jobs(n_jobs: int) -> int:
     """``n_jobs`` capped at the machine's cores (each worker holds a copy of the matrices it works on)."""
     if not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs < 1:
-        raise ParameterError(f"jobs={n_jobs!r} is not a positive number of worker processes", "use --jobs 1 or more (at most the core count)")
+        raise ParameterError(
+            f"jobs={n_jobs!r} is not a positive number of worker processes",
+            "use --jobs 1 or more (at most the core count)",
+        )
     return min(n_jobs, os.cpu_count() or 1)
 
 
@@ -255,7 +285,9 @@ def drift_between(
     pids = list(before) if pids is None else list(pids)
     unknown = [p for p in pids if p not in before or p not in after]
     if unknown:
-        raise ParameterError(f"unknown projection id(s) {unknown[:5]}", f"use ids present in both snapshots, e.g. {list(before)[:4]}")
+        raise ParameterError(
+            f"unknown projection id(s) {unknown[:5]}", f"use ids present in both snapshots, e.g. {list(before)[:4]}"
+        )
     hashes = {pid: (matrix_hash(before[pid]), matrix_hash(after[pid])) for pid in pids}
     columns = value_columns(settings)
     values: dict[str, dict[str, Any]] = {}
@@ -278,7 +310,9 @@ def drift_between(
 def _run_joblib(work: list[tuple[Any, ...]], n_jobs: int) -> Iterator[tuple[str, dict[str, Any]]]:
     from joblib import Parallel, delayed
 
-    yield from Parallel(n_jobs=min(n_jobs, len(work)), return_as="generator_unordered")(delayed(_pid_values)(*args) for args in work)
+    yield from Parallel(n_jobs=min(n_jobs, len(work)), return_as="generator_unordered")(
+        delayed(_pid_values)(*args) for args in work
+    )
 
 
 def _run_dask(work: list[tuple[Any, ...]], scheduler: str, n_jobs: int) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -286,13 +320,22 @@ def _run_dask(work: list[tuple[Any, ...]], scheduler: str, n_jobs: int) -> Itera
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError as exc:
-        raise ParameterError("a Dask scheduler was asked for, but dask.distributed is not installed",
-                             "pip install 'dask[distributed]' (or drop --scheduler to use local processes)") from exc
-    cluster = LocalCluster(n_workers=n_jobs, threads_per_worker=1, processes=True, dashboard_address=None) if scheduler == "local" else None
+        raise ParameterError(
+            "a Dask scheduler was asked for, but dask.distributed is not installed",
+            "pip install 'dask[distributed]' (or drop --scheduler to use local processes)",
+        ) from exc
+    cluster = (
+        LocalCluster(n_workers=n_jobs, threads_per_worker=1, processes=True, dashboard_address=None)
+        if scheduler == "local"
+        else None
+    )
     try:
         client = Client(cluster if cluster is not None else scheduler, timeout="20s")
     except OSError as exc:
-        raise ParameterError(f"cannot reach the Dask scheduler at {scheduler} ({exc})", "check the address (tcp://host:8786) and that the scheduler runs") from exc
+        raise ParameterError(
+            f"cannot reach the Dask scheduler at {scheduler} ({exc})",
+            "check the address (tcp://host:8786) and that the scheduler runs",
+        ) from exc
     try:
         futures = [client.submit(_pid_values, *args, pure=False) for args in work]
         for future in as_completed(futures):
@@ -303,16 +346,35 @@ def _run_dask(work: list[tuple[Any, ...]], scheduler: str, n_jobs: int) -> Itera
             cluster.close()
 
 
-def drift_table(before: Snapshot, after: Snapshot, settings: DriftSettings | None = None, *, allow_other_base: bool = False, **kwargs: Any) -> pd.DataFrame:
+def drift_table(
+    before: Snapshot,
+    after: Snapshot,
+    settings: DriftSettings | None = None,
+    *,
+    allow_other_base: bool = False,
+    **kwargs: Any,
+) -> pd.DataFrame:
     """Drift table between a pretrained and a fine-tuned snapshot of the same model.
+
+    ``before`` and ``after`` must have the same projection ids and shapes and the same base model (else
+    :class:`SnapshotMismatchError`; ``allow_other_base`` relaxes the last). Keyword arguments go to
+    :func:`drift_between` (``n_jobs``, ``cache``, ``progress``, ``scheduler``, ``pids``); its docstring lists
+    the columns.
 
     The table's ``attrs`` record both models, the pretrained weight hash (``before_hash``, checked when a
     card is built from the table) and the settings; Parquet keeps them, CSV does not.
     """
     check_comparable(before, after, allow_other_base=allow_other_base)
     table = drift_between(before.matrices, after.matrices, settings, **kwargs)
-    table.attrs.update({"before": before.model, "after": after.model, "before_hash": before.weights_hash,
-                        "after_hash": after.weights_hash, "settings": json.dumps((settings or DriftSettings()).key())})
+    table.attrs.update(
+        {
+            "before": before.model,
+            "after": after.model,
+            "before_hash": before.weights_hash,
+            "after_hash": after.weights_hash,
+            "settings": json.dumps((settings or DriftSettings()).key()),
+        }
+    )
     return table
 
 
@@ -344,13 +406,21 @@ def load_table(path: str | os.PathLike[str]) -> pd.DataFrame:
     path = Path(path)
     redo = "compute it again with `topotuner-lab drift BEFORE AFTER -o FILE.parquet`"
     if not path.is_file():
-        raise InputFileError(f"drift table {path} does not exist", "compute it with `topotuner-lab drift BEFORE AFTER -o FILE`")
+        raise InputFileError(
+            f"drift table {path} does not exist", "compute it with `topotuner-lab drift BEFORE AFTER -o FILE`"
+        )
     if path.suffix not in TABLE_SUFFIXES:
-        raise InputFileError(f"{path} is not a drift table (.parquet or .csv)", f"pass the table written by `topotuner-lab drift`; {redo}")
+        raise InputFileError(
+            f"{path} is not a drift table (.parquet or .csv)",
+            f"pass the table written by `topotuner-lab drift`; {redo}",
+        )
     try:
         table = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
     except Exception as exc:  # noqa: BLE001 - pyarrow/pandas raise many types for empty, truncated or foreign files
-        raise InputFileError(f"drift table {path} cannot be read ({exc.__class__.__name__}: {str(exc)[:120]})", f"the file is damaged or not a table: {redo}") from exc
+        raise InputFileError(
+            f"drift table {path} cannot be read ({exc.__class__.__name__}: {str(exc)[:120]})",
+            f"the file is damaged or not a table: {redo}",
+        ) from exc
     missing = [c for c in ID_COLUMNS if c not in table.columns]
     if missing:
         raise InputFileError(f"{path} is not a drift table: no column(s) {missing}", redo)
@@ -365,5 +435,11 @@ def load_table(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 def numeric_columns(table: pd.DataFrame) -> list[str]:
     """The measure columns of a drift table: what a card can be ranked by."""
-    return [c for c in table.columns if c not in ID_COLUMNS and not c.startswith("n_h") and not c.endswith("_persistence_before")
-            and pd.api.types.is_numeric_dtype(table[c])]
+    return [
+        c
+        for c in table.columns
+        if c not in ID_COLUMNS
+        and not c.startswith("n_h")
+        and not c.endswith("_persistence_before")
+        and pd.api.types.is_numeric_dtype(table[c])
+    ]

@@ -26,11 +26,25 @@ from .projections import enumerate_projections
 def projection_matrices(model: torch.nn.Module, pids: list[str] | None = None) -> dict[str, np.ndarray]:
     """Current float32 copies of the model's attention projections (merged under LoRA)."""
     with torch.no_grad():
-        return {p.pid: p.matrix(model).detach().float().cpu().numpy().copy() for p in enumerate_projections(model) if pids is None or p.pid in pids}
+        return {
+            p.pid: p.matrix(model).detach().float().cpu().numpy().copy()
+            for p in enumerate_projections(model)
+            if pids is None or p.pid in pids
+        }
 
 
 class TopologicalEarlyStopping(TrainerCallback, ExportableState):
-    """Stop when normalized epoch-to-epoch topological drift falls below ``threshold``."""
+    """Stop when normalized epoch-to-epoch topological drift falls below ``threshold``.
+
+    Parameters
+    ----------
+    threshold : in (0, 1); the first epoch's drift is 1.0 by definition.
+    pids : projection ids to monitor (a card's trainable ids), or None for all.
+    metric : drift column summed over the monitored matrices (default ``h0_w1``).
+    settings : drift settings (default H0 only, W1, no bottleneck: cheap enough for every epoch).
+    min_epochs : never stop before this epoch.
+    observe_only : record ``stop_epoch`` but let training run its whole budget.
+    """
 
     def __init__(
         self,
@@ -43,7 +57,9 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
         observe_only: bool = False,
     ) -> None:
         if not (isinstance(threshold, (int, float)) and 0 < threshold < 1):
-            raise ParameterError(f"stopping threshold {threshold!r} is not in (0, 1)", "normalized drift starts at 1.0; use e.g. 0.3")
+            raise ParameterError(
+                f"stopping threshold {threshold!r} is not in (0, 1)", "normalized drift starts at 1.0; use e.g. 0.3"
+            )
         self.threshold = float(threshold)
         self.pids = pids
         self.metric = metric
@@ -51,7 +67,9 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
             settings = DriftSettings(**{k: tuple(v) if k == "orders" else v for k, v in settings.items() if k != "v"})
         self.settings = settings or DriftSettings(maxdim=0, orders=(1.0,), bottleneck=False)
         if metric not in self.settings.columns():
-            raise ParameterError(f"metric {metric!r} is not computed by these drift settings", f"use one of {self.settings.columns()}")
+            raise ParameterError(
+                f"metric {metric!r} is not computed by these drift settings", f"use one of {self.settings.columns()}"
+            )
         self.min_epochs = min_epochs
         self.observe_only = observe_only
         self.history: list[dict[str, float]] = []
@@ -61,8 +79,17 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
 
     # transformers saves this with checkpoints (ExportableState), so a resumed run keeps its history
     def state(self) -> dict[str, Any]:
-        return {"args": {"threshold": self.threshold, "pids": self.pids, "metric": self.metric, "min_epochs": self.min_epochs, "observe_only": self.observe_only, "settings": self.settings.key()},
-                "attributes": {"history": self.history, "reference": self.reference, "stop_epoch": self.stop_epoch}}
+        return {
+            "args": {
+                "threshold": self.threshold,
+                "pids": self.pids,
+                "metric": self.metric,
+                "min_epochs": self.min_epochs,
+                "observe_only": self.observe_only,
+                "settings": self.settings.key(),
+            },
+            "attributes": {"history": self.history, "reference": self.reference, "stop_epoch": self.stop_epoch},
+        }
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._previous = projection_matrices(model, self.pids)
@@ -76,7 +103,9 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
             self.reference = drift if drift > 0 else float("nan")
         normalized = drift / self.reference if self.reference else float("nan")
         epoch = int(round(state.epoch or len(self.history) + 1))
-        self.history.append({"epoch": epoch, "drift": drift, "normalized": normalized, "seconds": time.perf_counter() - start})
+        self.history.append(
+            {"epoch": epoch, "drift": drift, "normalized": normalized, "seconds": time.perf_counter() - start}
+        )
         state.log_history.append({"epoch": epoch, "topo_drift": drift, "topo_drift_normalized": normalized})
         if self.stop_epoch is None and epoch >= self.min_epochs and normalized < self.threshold:
             self.stop_epoch = epoch

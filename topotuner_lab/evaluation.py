@@ -31,14 +31,26 @@ def _pad(rows: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
 
 
 @torch.no_grad()
-def continuation_logprobs(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[str], continuations: Sequence[str], *, max_length: int = 128, batch_size: int = 16) -> np.ndarray:
+def continuation_logprobs(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    continuations: Sequence[str],
+    *,
+    max_length: int = 128,
+    batch_size: int = 16,
+) -> np.ndarray:
     """log p(continuation | prompt) for every (prompt, continuation) pair: an (n_prompts, n_continuations) array."""
     model.eval()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     label_ids = [tokenizer(c, add_special_tokens=False).input_ids for c in continuations]
     if all(len(ids) == 1 for ids in label_ids):  # one forward per prompt, read the next-token distribution
-        return _next_token_logprobs(model, prompts, [ids[0] for ids in label_ids], tokenizer, pad, max_length, batch_size)
-    pairs = [(i, j, *encode(tokenizer, p, c, max_length)) for i, p in enumerate(prompts) for j, c in enumerate(continuations)]
+        return _next_token_logprobs(
+            model, prompts, [ids[0] for ids in label_ids], tokenizer, pad, max_length, batch_size
+        )
+    pairs = [
+        (i, j, *encode(tokenizer, p, c, max_length)) for i, p in enumerate(prompts) for j, c in enumerate(continuations)
+    ]
     out = np.zeros((len(prompts), len(continuations)))
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start : start + batch_size]
@@ -50,7 +62,15 @@ def continuation_logprobs(model: torch.nn.Module, tokenizer: Any, prompts: Seque
     return out
 
 
-def _next_token_logprobs(model: torch.nn.Module, prompts: Sequence[str], token_ids: list[int], tokenizer: Any, pad: int, max_length: int, batch_size: int) -> np.ndarray:
+def _next_token_logprobs(
+    model: torch.nn.Module,
+    prompts: Sequence[str],
+    token_ids: list[int],
+    tokenizer: Any,
+    pad: int,
+    max_length: int,
+    batch_size: int,
+) -> np.ndarray:
     encoded = [encode(tokenizer, p, "", max_length - 1)[0] for p in prompts]
     out = np.zeros((len(prompts), len(token_ids)))
     for start in range(0, len(encoded), batch_size):
@@ -62,7 +82,9 @@ def _next_token_logprobs(model: torch.nn.Module, prompts: Sequence[str], token_i
     return out
 
 
-def classification_correct(model: torch.nn.Module, tokenizer: Any, dataset: Any, labels: Sequence[str], **kwargs: Any) -> np.ndarray:
+def classification_correct(
+    model: torch.nn.Module, tokenizer: Any, dataset: Any, labels: Sequence[str], **kwargs: Any
+) -> np.ndarray:
     """Per row: is the true label word the most likely continuation? (a boolean array, for paired comparisons)"""
     if len(dataset) == 0:
         return np.zeros(0, dtype=bool)
@@ -70,20 +92,29 @@ def classification_correct(model: torch.nn.Module, tokenizer: Any, dataset: Any,
     return scores.argmax(axis=1) == np.asarray(dataset["label"])
 
 
-def classification_accuracy(model: torch.nn.Module, tokenizer: Any, dataset: Any, labels: Sequence[str], **kwargs: Any) -> float:
+def classification_accuracy(
+    model: torch.nn.Module, tokenizer: Any, dataset: Any, labels: Sequence[str], **kwargs: Any
+) -> float:
     """Share of rows whose true label word is the most likely continuation."""
     correct = classification_correct(model, tokenizer, dataset, labels, **kwargs)
     return float(correct.mean()) if correct.size else float("nan")
 
 
 @torch.no_grad()
-def gsm8k_correct(model: torch.nn.Module, tokenizer: Any, dataset: Any, *, max_new_tokens: int = 128, max_length: int = 256) -> np.ndarray:
+def gsm8k_correct(
+    model: torch.nn.Module, tokenizer: Any, dataset: Any, *, max_new_tokens: int = 128, max_length: int = 256
+) -> np.ndarray:
     """Greedy answers; per row, does the final number equal the reference's?"""
     model.eval()
     hits = []
     for row in dataset:
         prompt_ids, _ = encode(tokenizer, row["prompt"], "", max_length)
-        generated = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
+        generated = model.generate(
+            torch.tensor([prompt_ids]),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+        )
         answer = tokenizer.decode(generated[0, len(prompt_ids) :], skip_special_tokens=True)
         hits.append(final_number(answer) is not None and final_number(answer) == final_number(row["target"]))
     return np.asarray(hits, dtype=bool)
@@ -96,7 +127,9 @@ def gsm8k_exact_match(model: torch.nn.Module, tokenizer: Any, dataset: Any, **kw
 
 
 @torch.no_grad()
-def perplexity(model: torch.nn.Module, tokenizer: Any, texts: Sequence[str], *, max_length: int = 128, batch_size: int = 8) -> float:
+def perplexity(
+    model: torch.nn.Module, tokenizer: Any, texts: Sequence[str], *, max_length: int = 128, batch_size: int = 8
+) -> float:
     """exp(mean token negative log-likelihood) over ``texts``: the forgetting probe on general text."""
     model.eval()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -106,7 +139,9 @@ def perplexity(model: torch.nn.Module, tokenizer: Any, texts: Sequence[str], *, 
         ids, mask = _pad(encoded[start : start + batch_size], pad)
         labels = ids.masked_fill(mask == 0, -100)
         logits = model(input_ids=ids, attention_mask=mask).logits.float()
-        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100, reduction="sum")
+        loss = torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100, reduction="sum"
+        )
         total_nll += float(loss)
         total_tokens += int((labels[:, 1:] != -100).sum())
     return math.exp(total_nll / max(1, total_tokens))

@@ -25,11 +25,11 @@ from typing import Any
 import pandas as pd
 
 from . import atomic
+from .claims import method_family
 from .drift import DriftSettings, save_table
 from .errors import ParameterError
 from .finetune import FinetuneConfig
 from .models import PACKAGED_MODELS, LoadedModel, embedded_gguf_path, load_model
-from .claims import method_family
 from .noise import noise_check
 from .profiles import ModelIdentity, build_profile
 from .report import markdown_table
@@ -59,34 +59,60 @@ class Preset:
     baselines: tuple[str, ...] = ("full", "lora")
     seeds: tuple[int, ...] = (0, 1, 2)
     lr_grid: dict[str, tuple[float, ...]] = field(default_factory=lambda: dict(DEFAULT_LR_GRID))
-    constant_lr: bool = True  # also run each card at its chosen rate with a constant schedule (early stopping apart from decay)
+    constant_lr: bool = (
+        True  # also run each card at its chosen rate with a constant schedule (early stopping apart from decay)
+    )
     stop_threshold: float = 0.5
     metric: str = "h0_w1"
     normalization: str = "per-point"  # how drift is made comparable across matrix sizes (profiles.NORMALIZATIONS)
     noise_seeds: tuple[int, ...] = (0, 1)
     drift: DriftSettings = field(default_factory=DriftSettings)
     prior: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(epochs=2, n_train=256, learning_rate=1e-4))
-    target: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(epochs=4, n_train=128, n_val=64, eval_each_epoch=True, observe_only=True))
+    target: FinetuneConfig = field(
+        default_factory=lambda: FinetuneConfig(epochs=4, n_train=128, n_val=64, eval_each_epoch=True, observe_only=True)
+    )
 
 
 def _tiny_run(**kw: Any) -> FinetuneConfig:
-    return FinetuneConfig(n_train=16, n_test=16, n_ood=8, n_ppl=4, batch_size=8, max_length=48, learning_rate=1e-3, save_checkpoints=False, **kw)
+    return FinetuneConfig(
+        n_train=16,
+        n_test=16,
+        n_ood=8,
+        n_ppl=4,
+        batch_size=8,
+        max_length=48,
+        learning_rate=1e-3,
+        save_checkpoints=False,
+        **kw,
+    )
 
 
 PRESETS: dict[str, Preset] = {
     # CI: every piece of the protocol (LR selection, seeds, constant-rate runs, noise check) on an in-memory model
-    "tiny": Preset(model="tiny-llama", other_models=("tiny-qwen2",), budgets=(0.05,), seeds=(0, 1), stop_threshold=0.9,
-                   lr_grid={"full": (1e-4, 1e-3), "lora": (1e-3, 1e-2), "profile": (1e-3, 1e-2)},
-                   prior=_tiny_run(epochs=1), target=_tiny_run(epochs=2, n_val=8, eval_each_epoch=True, observe_only=True)),
+    "tiny": Preset(
+        model="tiny-llama",
+        other_models=("tiny-qwen2",),
+        budgets=(0.05,),
+        seeds=(0, 1),
+        stop_threshold=0.9,
+        lr_grid={"full": (1e-4, 1e-3), "lora": (1e-3, 1e-2), "profile": (1e-3, 1e-2)},
+        prior=_tiny_run(epochs=1),
+        target=_tiny_run(epochs=2, n_val=8, eval_each_epoch=True, observe_only=True),
+    ),
     "compare": Preset(seeds=(0,), lr_grid={"full": (3e-5,), "lora": (3e-4,), "profile": (2e-4,)}, constant_lr=False),
     # Sized for a few hours on 2 CPU cores: SST-2 on its full 872-example GLUE validation set as the test set, AG News
-    # on 1,000 test examples; each method's rate chosen on 128 validation examples; 3 seeds. The prior fine-tune is strong
-    # enough for its drift to stand well above the Q4_1 noise floor.
+    # on 1,000 test examples; each method's rate chosen on 128 validation examples; 3 seeds. The prior fine-tune is
+    # strong enough for its drift to stand well above the Q4_1 noise floor.
     "cpu-small": Preset(
-        prior_tasks=("sst2", "agnews"), target_tasks=("agnews", "sst2"), budgets=(0.01,), other_models=("gemma3-270m",),
+        prior_tasks=("sst2", "agnews"),
+        target_tasks=("agnews", "sst2"),
+        budgets=(0.01,),
+        other_models=("gemma3-270m",),
         lr_grid={"full": (3e-5, 1e-4, 3e-4), "lora": (3e-4, 1e-3, 3e-3), "profile": (3e-4, 1e-3, 3e-3)},
         prior=FinetuneConfig(epochs=2, n_train=256, learning_rate=1e-4, n_test=64),
-        target=FinetuneConfig(epochs=4, n_train=256, n_val=128, n_test=1000, n_ood=200, eval_each_epoch=False, observe_only=True),
+        target=FinetuneConfig(
+            epochs=4, n_train=256, n_val=128, n_test=1000, n_ood=200, eval_each_epoch=False, observe_only=True
+        ),
     ),
 }
 
@@ -119,44 +145,75 @@ class Progress:
         return result
 
 
-def _prior_drift(preset: Preset, loaded: LoadedModel, pre: Snapshot, prior: str, work: WorkDir, log: Callable[[str], None]) -> pd.DataFrame:
+def _prior_drift(
+    preset: Preset, loaded: LoadedModel, pre: Snapshot, prior: str, work: WorkDir, log: Callable[[str], None]
+) -> pd.DataFrame:
     """Prior full fine-tune -> drift table against the pretrained snapshot; each step reused when done and verified."""
-    prior_cfg = replace(preset.prior, method="full", task=prior, output_dir=str(work.prior_run(prior)), save_snapshot=True,
-                        eval_each_epoch=False, stop_threshold=None, n_val=0)
+    prior_cfg = replace(
+        preset.prior,
+        method="full",
+        task=prior,
+        output_dir=str(work.prior_run(prior)),
+        save_snapshot=True,
+        eval_each_epoch=False,
+        stop_threshold=None,
+        n_val=0,
+    )
     prior_res = finetune_once(loaded, prior_cfg, log)
     return drift_table_once(pre, load_snapshot(prior_res["snapshot"]), work.drift_table(prior), preset.drift)
 
 
-def _cards_for_prior(preset: Preset, table: pd.DataFrame, noise: list[pd.DataFrame], identity: ModelIdentity, prior: str, work: WorkDir) -> dict[str, Path]:
+def _cards_for_prior(
+    preset: Preset, table: pd.DataFrame, noise: list[pd.DataFrame], identity: ModelIdentity, prior: str, work: WorkDir
+) -> dict[str, Path]:
     """One card per (strategy, budget), rebuilt from the verified table every time (cheap, and never stale)."""
     cards: dict[str, Path] = {}
     for budget in preset.budgets:
         for strategy in preset.strategies:
             path = work.card(f"{prior}-{strategy}-{budget:g}")
-            build_profile(table, identity, prior_task=prior, strategy=strategy, metric=preset.metric, fraction=budget,
-                          stop_threshold=preset.stop_threshold, drift_settings=preset.drift.key(), normalization=preset.normalization,
-                          noise=noise).save(path)
+            build_profile(
+                table,
+                identity,
+                prior_task=prior,
+                strategy=strategy,
+                metric=preset.metric,
+                fraction=budget,
+                stop_threshold=preset.stop_threshold,
+                drift_settings=preset.drift.key(),
+                normalization=preset.normalization,
+                noise=noise,
+            ).save(path)
             cards[f"{strategy}@{budget:g}"] = path
     return cards
 
 
 def _grid(preset: Preset, cards: dict[str, Path], base: FinetuneConfig) -> list[tuple[str, FinetuneConfig]]:
-    """Full FT, then per budget every card (the card's own stopping threshold) and LoRA at the high-drift card's budget."""
-    grid: list[tuple[str, FinetuneConfig]] = [("full", replace(base, method="full"))] if "full" in preset.baselines else []
+    """Full FT, then per budget every card (its own stopping threshold) and LoRA at the high-drift card's budget."""
+    grid: list[tuple[str, FinetuneConfig]] = (
+        [("full", replace(base, method="full"))] if "full" in preset.baselines else []
+    )
     for budget in preset.budgets:
         for name, card in cards.items():
             if name.endswith(f"@{budget:g}"):
-                grid.append((f"profile:{name}", replace(base, method="profile", profile=str(card), stop_threshold="card")))
+                grid.append(
+                    (f"profile:{name}", replace(base, method="profile", profile=str(card), stop_threshold="card"))
+                )
         if "lora" in preset.baselines:
-            grid.append((f"lora@{budget:g}", replace(base, method="lora", lora_rank="match", profile=str(cards[f"high-drift@{budget:g}"]))))
+            grid.append(
+                (
+                    f"lora@{budget:g}",
+                    replace(base, method="lora", lora_rank="match", profile=str(cards[f"high-drift@{budget:g}"])),
+                )
+            )
     return grid
 
 
 def planned_runs(preset: Preset) -> int:
-    """Fine-tunes the comparison runs: the LR sweep on the first seed, one run per method on the others, constant-rate runs."""
+    """Fine-tunes of the comparison: the LR sweep on the first seed, one run per method on the others, constant-rate."""
     per_budget = {"profile": len(preset.strategies), "lora": int("lora" in preset.baselines)}
     sweep = int("full" in preset.baselines) * len(preset.lr_grid["full"]) + sum(
-        len(preset.budgets) * n * len(preset.lr_grid[fam]) for fam, n in per_budget.items())
+        len(preset.budgets) * n * len(preset.lr_grid[fam]) for fam, n in per_budget.items()
+    )
     methods = int("full" in preset.baselines) + len(preset.budgets) * sum(per_budget.values())
     constant = len(preset.budgets) * len(preset.strategies) if preset.constant_lr else 0
     settings = sum(t != p for p in preset.prior_tasks for t in preset.target_tasks)
@@ -179,7 +236,10 @@ def run_comparison(preset: Preset, out_dir: str | Path, log: Callable[[str], Non
         if name in PACKAGED_MODELS:
             embedded_gguf_path(name)
     if preset.target.n_val < 1:
-        raise ParameterError("the comparison chooses learning rates on validation data, but the target config has n_val=0", "set n_val >= 1")
+        raise ParameterError(
+            "the comparison chooses learning rates on validation data, but the target config has n_val=0",
+            "set n_val >= 1",
+        )
     loaded = load_model(preset.model)
     pre = pretrained_snapshot(loaded, work.pretrained)
     identity = ModelIdentity.from_snapshot(pre)
@@ -199,7 +259,9 @@ def run_comparison(preset: Preset, out_dir: str | Path, log: Callable[[str], Non
     chosen: dict[tuple[str, str, str], float] = {}
 
     def record(prior: str, target: str, seed: int, name: str, cfg: FinetuneConfig, selected: bool) -> dict[str, Any]:
-        res = progress.step(f"{prior}->{target} seed {seed} {name} lr {cfg.learning_rate:g}", lambda: finetune_once(loaded, cfg, log))
+        res = progress.step(
+            f"{prior}->{target} seed {seed} {name} lr {cfg.learning_rate:g}", lambda: finetune_once(loaded, cfg, log)
+        )
         rows.append(_summary(prior, target, seed, name, res, selected, Path(cfg.output_dir).relative_to(work.root)))
         save_table(pd.DataFrame(rows), work.results)  # partial table after every run
         return res
@@ -212,16 +274,40 @@ def run_comparison(preset: Preset, out_dir: str | Path, log: Callable[[str], Non
                 for name, cfg in _grid(preset, cards[prior], base):
                     key, run_dir = (prior, target, name), work.target_run(prior, tag, name)
                     if key not in chosen:  # first seed: sweep the rates, keep the best on validation
-                        sweep = [(lr, record(prior, target, seed, name, replace(cfg, learning_rate=lr, output_dir=str(run_dir / f"lr-{lr:g}")), False))
-                                 for lr in preset.lr_grid[method_family(name)]]
+                        sweep = [
+                            (
+                                lr,
+                                record(
+                                    prior,
+                                    target,
+                                    seed,
+                                    name,
+                                    replace(cfg, learning_rate=lr, output_dir=str(run_dir / f"lr-{lr:g}")),
+                                    False,
+                                ),
+                            )
+                            for lr in preset.lr_grid[method_family(name)]
+                        ]
                         chosen[key] = _select(sweep)
-                        for row in rows[-len(sweep):]:
+                        for row in rows[-len(sweep) :]:
                             row["selected"] = row["lr"] == chosen[key]
                         save_table(pd.DataFrame(rows), work.results)
                     else:
-                        record(prior, target, seed, name, replace(cfg, learning_rate=chosen[key], output_dir=str(run_dir / f"lr-{chosen[key]:g}")), True)
+                        record(
+                            prior,
+                            target,
+                            seed,
+                            name,
+                            replace(cfg, learning_rate=chosen[key], output_dir=str(run_dir / f"lr-{chosen[key]:g}")),
+                            True,
+                        )
                     if preset.constant_lr and cfg.method == "profile":
-                        constant = replace(cfg, learning_rate=chosen[key], lr_scheduler="constant", output_dir=str(run_dir / f"constant-lr-{chosen[key]:g}"))
+                        constant = replace(
+                            cfg,
+                            learning_rate=chosen[key],
+                            lr_scheduler="constant",
+                            output_dir=str(run_dir / f"constant-lr-{chosen[key]:g}"),
+                        )
                         record(prior, target, seed, f"{name}+constant", constant, False)
     results = pd.DataFrame(rows)
     save_table(results, work.results)
@@ -249,22 +335,41 @@ def drift_minus_lr_ratio(res: dict[str, Any]) -> float | None:
     return sum(gaps) / len(gaps)
 
 
-def _summary(prior: str, target: str, seed: int, name: str, res: dict[str, Any], selected: bool, run_dir: Path) -> dict[str, Any]:
+def _summary(
+    prior: str, target: str, seed: int, name: str, res: dict[str, Any], selected: bool, run_dir: Path
+) -> dict[str, Any]:
     epoch_acc = res.get("epoch_test_accuracy") or []
     stop_epoch = res.get("stop_epoch")
     topo_sec = [h.get("seconds", 0.0) for h in res.get("drift_history", [])]  # the stopping rule's own cost per epoch
     cfg = res.get("config", {})
     return {
-        "prior": prior, "target": target, "seed": seed, "run": name, "lr": res["learning_rate"], "schedule": cfg.get("lr_scheduler"),
-        "selected": selected, "val_acc": res.get("val_accuracy"),
-        "test_acc": res["test_accuracy"], "train_acc": res["train_accuracy"], "gap": res["train_test_gap"],
-        "ood_acc_before": res["ood_accuracy_before"], "ood_acc_after": res["ood_accuracy_after"],
-        "ppl_before": res["perplexity_before"], "ppl_after": res["perplexity_after"],
-        "trainable_pct": 100 * res["trainable_fraction"], "epochs_run": res["epochs_run"], "stop_epoch": stop_epoch,
+        "prior": prior,
+        "target": target,
+        "seed": seed,
+        "run": name,
+        "lr": res["learning_rate"],
+        "schedule": cfg.get("lr_scheduler"),
+        "selected": selected,
+        "val_acc": res.get("val_accuracy"),
+        "test_acc": res["test_accuracy"],
+        "train_acc": res["train_accuracy"],
+        "gap": res["train_test_gap"],
+        "ood_acc_before": res["ood_accuracy_before"],
+        "ood_acc_after": res["ood_accuracy_after"],
+        "ppl_before": res["perplexity_before"],
+        "ppl_after": res["perplexity_after"],
+        "trainable_pct": 100 * res["trainable_fraction"],
+        "epochs_run": res["epochs_run"],
+        "stop_epoch": stop_epoch,
         "acc_at_stop": epoch_acc[stop_epoch - 1] if stop_epoch and len(epoch_acc) >= stop_epoch else None,
-        "train_sec_to_stop": sum(res["epoch_seconds"][:stop_epoch]) + sum(topo_sec[:stop_epoch]) if stop_epoch else None,
+        "train_sec_to_stop": sum(res["epoch_seconds"][:stop_epoch]) + sum(topo_sec[:stop_epoch])
+        if stop_epoch
+        else None,
         "topo_sec_per_epoch": sum(topo_sec) / len(topo_sec) if topo_sec else None,
         "drift_minus_lr_ratio": drift_minus_lr_ratio(res),
-        "sec_per_epoch": res["seconds_per_epoch"], "train_sec": res["train_seconds"], "wall_sec": res.get("wall_seconds"),
-        "peak_mem_mib": res["peak_memory_mib"], "run_dir": str(run_dir),
+        "sec_per_epoch": res["seconds_per_epoch"],
+        "train_sec": res["train_seconds"],
+        "wall_sec": res.get("wall_seconds"),
+        "peak_mem_mib": res["peak_memory_mib"],
+        "run_dir": str(run_dir),
     }

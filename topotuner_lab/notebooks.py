@@ -25,11 +25,34 @@ NOTEBOOKS: tuple[str, ...] = (
     "07_compare_cards.ipynb",
 )
 PROFILES: dict[str, dict[str, Any]] = {
-    "tiny": {"model": "tiny-llama", "n_train": 16, "n_test": 8, "epochs": 2, "prior_epochs": 1, "prior_n_train": 16, "prior_lr": 1e-3, "max_length": 48,
-             "batch_size": 8, "budget_pct": 5.0, "stop_threshold": 0.9},
-    # the prior fine-tune (256 examples x 2 epochs at 1e-4) moves the weights well past the Q4_1 noise floor, so the card ranks real drift
-    "default": {"model": "smollm2-135m", "n_train": 64, "n_test": 64, "epochs": 3, "prior_epochs": 2, "prior_n_train": 256, "prior_lr": 1e-4,
-                "max_length": 64, "batch_size": 8, "budget_pct": 1.0, "stop_threshold": 0.5},
+    "tiny": {
+        "model": "tiny-llama",
+        "n_train": 16,
+        "n_test": 8,
+        "epochs": 2,
+        "prior_epochs": 1,
+        "prior_n_train": 16,
+        "prior_lr": 1e-3,
+        "max_length": 48,
+        "batch_size": 8,
+        "budget_pct": 5.0,
+        "stop_threshold": 0.9,
+    },
+    # the prior fine-tune (256 examples x 2 epochs at 1e-4) moves the weights well past the Q4_1 noise floor,
+    # so the card ranks real drift
+    "default": {
+        "model": "smollm2-135m",
+        "n_train": 64,
+        "n_test": 64,
+        "epochs": 3,
+        "prior_epochs": 2,
+        "prior_n_train": 256,
+        "prior_lr": 1e-4,
+        "max_length": 64,
+        "batch_size": 8,
+        "budget_pct": 1.0,
+        "stop_threshold": 0.5,
+    },
 }
 #: figures each notebook exports (stems under the figures folder)
 EXPECTED_FIGURES: dict[str, tuple[str, ...]] = {
@@ -49,7 +72,9 @@ class NotebookError(TopoTunerError):
 def notebooks_dir() -> Path:
     folder = Path(__file__).resolve().parent.parent / "notebooks"
     if not folder.is_dir():
-        raise InputFileError(f"notebook folder {folder} not found", "run from a source checkout of topotuner-lab (pip install -e .)")
+        raise InputFileError(
+            f"notebook folder {folder} not found", "run from a source checkout of topotuner-lab (pip install -e .)"
+        )
     return folder
 
 
@@ -69,7 +94,10 @@ def _coerce(name: str, value: Any, type_name: str, notebook: str) -> Any:
             parsed = float(parsed)
         if isinstance(parsed, expected) and not (expected is int and isinstance(parsed, bool)):
             return parsed
-    raise ParameterError(f"parameter {name!r} of {notebook} expects {type_name}, got {value!r}", f"pass a {type_name} value, e.g. -p {name} <{type_name}>")
+    raise ParameterError(
+        f"parameter {name!r} of {notebook} expects {type_name}, got {value!r}",
+        f"pass a {type_name} value, e.g. -p {name} <{type_name}>",
+    )
 
 
 def notebook_parameters(path: Path) -> dict[str, dict[str, Any]]:
@@ -109,15 +137,43 @@ def _execute_one(source: Path, target: Path, params: dict[str, Any], kernel: str
     target.parent.mkdir(parents=True, exist_ok=True)
     params_file = target.with_suffix(".params.json")
     params_file.write_text(json.dumps(params))
-    cmd = [sys.executable, "-m", "papermill", str(source), str(target), "-f", str(params_file), "-k", kernel, "--cwd", str(cwd),
-           "--execution-timeout", str(cell_timeout), "--no-progress-bar", "--log-level", "WARNING"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "papermill",
+        str(source),
+        str(target),
+        "-f",
+        str(params_file),
+        "-k",
+        kernel,
+        "--cwd",
+        str(cwd),
+        "--execution-timeout",
+        str(cell_timeout),
+        "--no-progress-bar",
+        "--log-level",
+        "WARNING",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     params_file.unlink(missing_ok=True)
     if proc.returncode != 0:
-        raise NotebookError(f"{source.name} failed: {_failed_cell(target)}", f"open the executed copy {target} for the traceback; change parameters with -p KEY VALUE")
+        raise NotebookError(
+            f"{source.name} failed: {_failed_cell(target)}",
+            f"open the executed copy {target} for the traceback; change parameters with -p KEY VALUE",
+        )
 
 
-def run_notebooks(profile: str = "tiny", out_dir: str | Path = "runs/notebooks", overrides: dict[str, Any] | None = None, *, names: tuple[str, ...] = NOTEBOOKS, kernel: str = "python3", cell_timeout: int = 3600, progress: bool = True) -> list[Path]:
+def run_notebooks(
+    profile: str = "tiny",
+    out_dir: str | Path = "runs/notebooks",
+    overrides: dict[str, Any] | None = None,
+    *,
+    names: tuple[str, ...] = NOTEBOOKS,
+    kernel: str = "python3",
+    cell_timeout: int = 3600,
+    progress: bool = True,
+) -> list[Path]:
     """Execute the notebooks in order; returns the executed copies. A failing cell raises NotebookError.
 
     With ``progress`` a bar runs over the series and each finished notebook prints its time and the running total.
@@ -142,7 +198,9 @@ def run_notebooks(profile: str = "tiny", out_dir: str | Path = "runs/notebooks",
         plans.append((name, params))
     unknown = sorted(set(overrides) - declared_anywhere)
     if unknown:
-        raise ParameterError(f"no notebook has parameter(s) {unknown}", f"known parameters: {sorted(declared_anywhere)}")
+        raise ParameterError(
+            f"no notebook has parameter(s) {unknown}", f"known parameters: {sorted(declared_anywhere)}"
+        )
     executed = []
     start = time.perf_counter()
     with tqdm(total=len(plans), desc="notebooks", unit="notebook", disable=not progress) as bar:

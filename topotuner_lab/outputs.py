@@ -22,18 +22,27 @@ def check_writable(path: str | os.PathLike[str], what: str, *, suffixes: Iterabl
     target = _resolved(path)
     suffixes = tuple(suffixes)
     if suffixes and target.suffix not in suffixes:
-        raise ParameterError(f"{what} {path} should end in {' or '.join(suffixes)}", f"give a file name ending in {suffixes[0]}")
+        raise ParameterError(
+            f"{what} {path} should end in {' or '.join(suffixes)}", f"give a file name ending in {suffixes[0]}"
+        )
     if any(target == root or root in target.parents for root in _SYSTEM_ROOTS):
         raise ParameterError(f"{what} {path} lies in a system folder", "write it under your project or home folder")
     if target.is_dir():
-        raise ParameterError(f"{what} {path} is a folder", f"give a file name inside it, e.g. {Path(path) / ('out' + (suffixes[0] if suffixes else ''))}")
+        raise ParameterError(
+            f"{what} {path} is a folder",
+            f"give a file name inside it, e.g. {Path(path) / ('out' + (suffixes[0] if suffixes else ''))}",
+        )
     parent = target.parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
-        raise ParameterError(f"{what} {path} lies under {parent}, which is a file, not a folder", "choose an output path inside a folder")
+        raise ParameterError(
+            f"{what} {path} lies under {parent}, which is a file, not a folder", "choose an output path inside a folder"
+        )
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise ParameterError(f"{what} {path} cannot be written: no write permission in {parent}", "choose a folder you can write to")
+        raise ParameterError(
+            f"{what} {path} cannot be written: no write permission in {parent}", "choose a folder you can write to"
+        )
     return target
 
 
@@ -46,17 +55,23 @@ def check_output_dir(path: str | os.PathLike[str], what: str) -> Path:
     return target
 
 
-def refuse_overwrite(inputs: Mapping[str, str | os.PathLike[str] | None], outputs: Mapping[str, str | os.PathLike[str] | None]) -> None:
+def refuse_overwrite(
+    inputs: Mapping[str, str | os.PathLike[str] | None], outputs: Mapping[str, str | os.PathLike[str] | None]
+) -> None:
     """Raise unless every output differs from every input and from the other outputs (after resolving links)."""
     ins = {name: _resolved(p) for name, p in inputs.items() if p is not None}
     outs = {name: _resolved(p) for name, p in outputs.items() if p is not None}
     for out_name, out in outs.items():
         for in_name, inp in ins.items():
             if out == inp or (out.exists() and inp.exists() and os.path.samefile(out, inp)):
-                raise ParameterError(f"the {out_name} {out} is the {in_name}: writing it would destroy an input",
-                                     f"choose another path for the {out_name}")
+                raise ParameterError(
+                    f"the {out_name} {out} is the {in_name}: writing it would destroy an input",
+                    f"choose another path for the {out_name}",
+                )
     seen: dict[Path, str] = {}
     for out_name, out in outs.items():
         if out in seen:
-            raise ParameterError(f"the {out_name} and the {seen[out]} are the same file {out}", f"choose another path for the {out_name}")
+            raise ParameterError(
+                f"the {out_name} and the {seen[out]} are the same file {out}", f"choose another path for the {out_name}"
+            )
         seen[out] = out_name

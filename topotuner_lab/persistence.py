@@ -31,11 +31,15 @@ class PersistenceSettings:
 
     def __post_init__(self) -> None:
         if self.maxdim not in (0, 1):
-            raise ParameterError(f"maxdim={self.maxdim!r} is not supported", "use maxdim=0 (H0) or maxdim=1 (H0 and H1)")
+            raise ParameterError(
+                f"maxdim={self.maxdim!r} is not supported", "use maxdim=0 (H0) or maxdim=1 (H0 and H1)"
+            )
         if self.metric not in METRICS:
             raise ParameterError(f"unknown metric {self.metric!r}", f"use one of {', '.join(METRICS)}")
         if self.n_perm is not None and (not isinstance(self.n_perm, int) or self.n_perm < 3):
-            raise ParameterError(f"n_perm={self.n_perm!r} is not a row count >= 3", "pass an integer >= 3, or None for all rows")
+            raise ParameterError(
+                f"n_perm={self.n_perm!r} is not a row count >= 3", "pass an integer >= 3, or None for all rows"
+            )
 
     def key(self) -> dict[str, object]:
         """Settings that change the diagram (threads do not)."""
@@ -63,7 +67,9 @@ def validate_matrix(matrix: np.ndarray, name: str = "matrix") -> np.ndarray:
     """Return ``matrix`` as float64 2-D, or raise a clear error for NaN/Inf or too few rows."""
     arr = np.asarray(matrix)
     if arr.ndim != 2:
-        raise InvalidMatrixError(f"{name} has shape {arr.shape}, not a 2-D matrix", "pass a weight matrix (rows x columns)")
+        raise InvalidMatrixError(
+            f"{name} has shape {arr.shape}, not a 2-D matrix", "pass a weight matrix (rows x columns)"
+        )
     if arr.shape[0] < 2:
         raise InvalidMatrixError(
             f"{name} has {arr.shape[0]} row(s); a point cloud needs at least 2 rows for any persistence pair",
@@ -191,7 +197,18 @@ def h1_diagram(dist: np.ndarray, n_threads: int = 1) -> np.ndarray:
 
 
 def diagrams(matrix: np.ndarray, settings: PersistenceSettings | None = None) -> Diagrams:
-    """Persistence diagrams (H0 and, if ``maxdim=1``, H1) of the rows of ``matrix``."""
+    """Persistence diagrams (H0 and, if ``maxdim=1``, H1) of the rows of ``matrix``.
+
+    Parameters
+    ----------
+    matrix : (rows, cols) weight matrix in ``nn.Linear`` layout; its rows are the points. Finite, at least 2 rows.
+    settings : homology dimension, row metric (``"euclidean"`` or ``"cosine"``), optional H1 subsample.
+
+    Returns
+    -------
+    :class:`Diagrams`: ``dgms[0]`` the (rows - 1, 2) finite H0 pairs (birth 0, death = MST edge length, sorted), and
+    ``dgms[1]`` the (m, 2) finite H1 pairs; values are row distances (the metric's units).
+    """
     settings = settings or PersistenceSettings()
     dist = distance_matrix(matrix, settings.metric)
     result = Diagrams([h0_diagram(matrix, dist, settings.metric)])

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .card_compare import CardComparison
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
-#: The offline renderer in notebooks: plotly's JSON mimetype for JupyterLab, plus inlined plotly.js for nbconvert HTML export.
+#: The offline renderer in notebooks: plotly's JSON mimetype for JupyterLab, plus inlined plotly.js for nbconvert.
 OFFLINE_RENDERER = "plotly_mimetype+notebook"
 
 
@@ -33,7 +33,9 @@ def use_offline_renderer() -> None:
     pio.renderers.default = OFFLINE_RENDERER
 
 
-def persistence_diagram(diagrams: Mapping[str, Sequence[np.ndarray]], dims: Iterable[int] = (0, 1), title: str = "Persistence diagram") -> go.Figure:
+def persistence_diagram(
+    diagrams: Mapping[str, Sequence[np.ndarray]], dims: Iterable[int] = (0, 1), title: str = "Persistence diagram"
+) -> go.Figure:
     """Birth–death scatter of several diagrams (e.g. pretrained vs fine-tuned), one marker per dimension."""
     fig = go.Figure()
     top = 0.0
@@ -43,17 +45,38 @@ def persistence_diagram(diagrams: Mapping[str, Sequence[np.ndarray]], dims: Iter
                 continue
             d = np.asarray(dgms[dim])
             top = max(top, float(d.max()))
-            fig.add_trace(go.Scatter(
-                x=d[:, 0], y=d[:, 1], mode="markers", name=f"{label} H{dim}",
-                marker=dict(color=COLORS[i % len(COLORS)], symbol="circle" if dim == 0 else "diamond", size=6 if dim == 0 else 8, opacity=0.7),
-                hovertemplate=f"{label} H{dim}<br>birth %{{x:.4f}}<br>death %{{y:.4f}}<extra></extra>",
-            ))
-    fig.add_trace(go.Scatter(x=[0, top * 1.05], y=[0, top * 1.05], mode="lines", line=dict(color="gray", dash="dash"), name="diagonal", hoverinfo="skip"))
+            fig.add_trace(
+                go.Scatter(
+                    x=d[:, 0],
+                    y=d[:, 1],
+                    mode="markers",
+                    name=f"{label} H{dim}",
+                    marker=dict(
+                        color=COLORS[i % len(COLORS)],
+                        symbol="circle" if dim == 0 else "diamond",
+                        size=6 if dim == 0 else 8,
+                        opacity=0.7,
+                    ),
+                    hovertemplate=f"{label} H{dim}<br>birth %{{x:.4f}}<br>death %{{y:.4f}}<extra></extra>",
+                )
+            )
+    fig.add_trace(
+        go.Scatter(
+            x=[0, top * 1.05],
+            y=[0, top * 1.05],
+            mode="lines",
+            line=dict(color="gray", dash="dash"),
+            name="diagonal",
+            hoverinfo="skip",
+        )
+    )
     fig.update_layout(title=title, xaxis_title="birth", yaxis_title="death", template="plotly_white")
     return fig
 
 
-def barcode(dgms: Sequence[np.ndarray], dims: Iterable[int] = (0, 1), max_bars: int = 200, title: str = "Barcode") -> go.Figure:
+def barcode(
+    dgms: Sequence[np.ndarray], dims: Iterable[int] = (0, 1), max_bars: int = 200, title: str = "Barcode"
+) -> go.Figure:
     """Horizontal bars from birth to death, longest first (at most ``max_bars`` per dimension)."""
     fig = go.Figure()
     row = 0
@@ -63,41 +86,96 @@ def barcode(dgms: Sequence[np.ndarray], dims: Iterable[int] = (0, 1), max_bars: 
         d = np.asarray(dgms[dim])
         d = d[np.argsort(d[:, 0] - d[:, 1])][:max_bars]
         ys = np.arange(row, row + len(d))
-        fig.add_trace(go.Bar(x=d[:, 1] - d[:, 0], base=d[:, 0], y=ys, orientation="h", name=f"H{dim}", marker_color=COLORS[dim % len(COLORS)],
-                             hovertemplate=f"H{dim}<br>birth %{{base:.4f}}<br>length %{{x:.4f}}<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=d[:, 1] - d[:, 0],
+                base=d[:, 0],
+                y=ys,
+                orientation="h",
+                name=f"H{dim}",
+                marker_color=COLORS[dim % len(COLORS)],
+                hovertemplate=f"H{dim}<br>birth %{{base:.4f}}<br>length %{{x:.4f}}<extra></extra>",
+            )
+        )
         row += len(d) + 5
-    fig.update_layout(title=title, xaxis_title="filtration value", yaxis=dict(showticklabels=False), bargap=0.1, template="plotly_white")
+    fig.update_layout(
+        title=title,
+        xaxis_title="filtration value",
+        yaxis=dict(showticklabels=False),
+        bargap=0.1,
+        template="plotly_white",
+    )
     return fig
 
 
 def layer_kind_grid(table: pd.DataFrame, column: str) -> pd.DataFrame:
     """``column`` of a drift table as a layer x kind grid (rows: layers, columns: q, k, v, o)."""
-    return table.pivot_table(index="layer", columns="kind", values=column, aggfunc="first").reindex(columns=[k for k in KINDS if k in set(table["kind"])])
+    return table.pivot_table(index="layer", columns="kind", values=column, aggfunc="first").reindex(
+        columns=[k for k in KINDS if k in set(table["kind"])]
+    )
 
 
-def drift_heatmaps(table: pd.DataFrame, columns: Sequence[str], title: str = "Drift per layer and projection", selected: Iterable[str] = ()) -> go.Figure:
+def drift_heatmaps(
+    table: pd.DataFrame,
+    columns: Sequence[str],
+    title: str = "Drift per layer and projection",
+    selected: Iterable[str] = (),
+) -> go.Figure:
     """Side-by-side layer x {q,k,v,o} heatmaps, one per column; ``selected`` ids are outlined."""
     fig = make_subplots(rows=1, cols=len(columns), subplot_titles=list(columns), horizontal_spacing=0.06)
     chosen = set(selected)
     for i, column in enumerate(columns, start=1):
         grid = layer_kind_grid(table, column)
-        fig.add_trace(go.Heatmap(z=grid.values, x=list(grid.columns), y=list(grid.index), colorscale="Viridis", showscale=False,
-                                 hovertemplate=f"L%{{y}}.%{{x}}<br>{column} %{{z:.4g}}<extra></extra>"), row=1, col=i)
+        fig.add_trace(
+            go.Heatmap(
+                z=grid.values,
+                x=list(grid.columns),
+                y=list(grid.index),
+                colorscale="Viridis",
+                showscale=False,
+                hovertemplate=f"L%{{y}}.%{{x}}<br>{column} %{{z:.4g}}<extra></extra>",
+            ),
+            row=1,
+            col=i,
+        )
         marks = [(pid.split(".")[1], int(pid.split(".")[0][1:])) for pid in chosen]
         if marks:
-            fig.add_trace(go.Scatter(x=[m[0] for m in marks], y=[m[1] for m in marks], mode="markers", name="trainable", showlegend=i == 1,
-                                     marker=dict(symbol="square-open", size=14, color="red", line=dict(width=2))), row=1, col=i)
+            fig.add_trace(
+                go.Scatter(
+                    x=[m[0] for m in marks],
+                    y=[m[1] for m in marks],
+                    mode="markers",
+                    name="trainable",
+                    showlegend=i == 1,
+                    marker=dict(symbol="square-open", size=14, color="red", line=dict(width=2)),
+                ),
+                row=1,
+                col=i,
+            )
     fig.update_yaxes(title_text="layer", col=1)
     fig.update_yaxes(dtick=1 if table["layer"].nunique() <= 12 else 5)
     fig.update_layout(title=title, template="plotly_white", height=max(350, 18 * table["layer"].nunique() + 150))
     return fig
 
 
-def rank_correlation(table: pd.DataFrame, columns: Sequence[str], title: str = "Spearman rank correlation: topology vs magnitude") -> go.Figure:
+def rank_correlation(
+    table: pd.DataFrame, columns: Sequence[str], title: str = "Spearman rank correlation: topology vs magnitude"
+) -> go.Figure:
     """Spearman correlation between the rankings the drift columns induce."""
     corr = table[list(columns)].rank().corr()
-    fig = go.Figure(go.Heatmap(z=corr.values, x=list(columns), y=list(columns), zmin=-1, zmax=1, colorscale="RdBu", text=np.round(corr.values, 2),
-                               texttemplate="%{text}", hovertemplate="%{x} vs %{y}: %{z:.3f}<extra></extra>"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=corr.values,
+            x=list(columns),
+            y=list(columns),
+            zmin=-1,
+            zmax=1,
+            colorscale="RdBu",
+            text=np.round(corr.values, 2),
+            texttemplate="%{text}",
+            hovertemplate="%{x} vs %{y}: %{z:.3f}<extra></extra>",
+        )
+    )
     fig.update_layout(title=title, template="plotly_white")
     return fig
 
@@ -112,7 +190,9 @@ def training_curves(runs: Mapping[str, dict[str, Any]], title: str = "Training l
     return fig
 
 
-def bars(results: pd.DataFrame, columns: Sequence[str], label: str = "run", title: str = "Cost per method") -> go.Figure:
+def bars(
+    results: pd.DataFrame, columns: Sequence[str], label: str = "run", title: str = "Cost per method"
+) -> go.Figure:
     """One bar panel per column (e.g. seconds per epoch, peak memory) across runs."""
     fig = make_subplots(rows=1, cols=len(columns), subplot_titles=list(columns))
     for i, column in enumerate(columns, start=1):
@@ -125,13 +205,29 @@ def early_stopping(result: dict[str, Any], threshold: float, title: str = "Topol
     """Normalized epoch-to-epoch drift with the threshold and stop epoch, beside test accuracy per epoch."""
     hist = result.get("drift_history", [])
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Scatter(x=[h["epoch"] for h in hist], y=[h["normalized"] for h in hist], mode="lines+markers", name="normalized drift"), secondary_y=False)
+    fig.add_trace(
+        go.Scatter(
+            x=[h["epoch"] for h in hist],
+            y=[h["normalized"] for h in hist],
+            mode="lines+markers",
+            name="normalized drift",
+        ),
+        secondary_y=False,
+    )
     fig.add_hline(y=threshold, line_dash="dash", line_color="red", annotation_text=f"threshold {threshold:g}")
     if result.get("stop_epoch"):
-        fig.add_vline(x=result["stop_epoch"], line_dash="dot", line_color="black", annotation_text=f"stop: epoch {result['stop_epoch']}")
+        fig.add_vline(
+            x=result["stop_epoch"],
+            line_dash="dot",
+            line_color="black",
+            annotation_text=f"stop: epoch {result['stop_epoch']}",
+        )
     acc = result.get("epoch_test_accuracy") or []
     if acc:
-        fig.add_trace(go.Scatter(x=list(range(1, len(acc) + 1)), y=acc, mode="lines+markers", name="test accuracy"), secondary_y=True)
+        fig.add_trace(
+            go.Scatter(x=list(range(1, len(acc) + 1)), y=acc, mode="lines+markers", name="test accuracy"),
+            secondary_y=True,
+        )
     fig.update_xaxes(title_text="epoch", dtick=1)
     fig.update_yaxes(title_text="drift / first-epoch drift", secondary_y=False)
     fig.update_yaxes(title_text="test accuracy", range=[0, 1], secondary_y=True)
@@ -143,15 +239,45 @@ def card_comparison(comparison: CardComparison, title: str = "Two profile cards 
     """Left: each card's trainable projections on the layer x kind plane (both / only one);
     right: each card's share of trainable parameters per projection kind."""
     a, b = comparison.labels
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.45, 0.55], subplot_titles=["trainable projections", "share of trainable parameters per kind"])
-    groups = (("both", comparison.both, COLORS[3]), (f"only {a}", comparison.only_a, COLORS[0]), (f"only {b}", comparison.only_b, COLORS[1]))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.45, 0.55],
+        subplot_titles=["trainable projections", "share of trainable parameters per kind"],
+    )
+    groups = (
+        ("both", comparison.both, COLORS[3]),
+        (f"only {a}", comparison.only_a, COLORS[0]),
+        (f"only {b}", comparison.only_b, COLORS[1]),
+    )
     for name, pids, color in groups:
         parsed = [parse_pid(pid) for pid in pids]
-        fig.add_trace(go.Scatter(x=[k for _, k in parsed], y=[layer for layer, _ in parsed], mode="markers", name=name, text=pids,
-                                 marker=dict(symbol="square", size=12, color=color), hovertemplate="%{text}<extra>" + name + "</extra>"), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=[k for _, k in parsed],
+                y=[layer for layer, _ in parsed],
+                mode="markers",
+                name=name,
+                text=pids,
+                marker=dict(symbol="square", size=12, color=color),
+                hovertemplate="%{text}<extra>" + name + "</extra>",
+            ),
+            row=1,
+            col=1,
+        )
     for label, color in zip(comparison.labels, COLORS[:2]):
-        fig.add_trace(go.Bar(x=list(comparison.kind_share.index), y=comparison.kind_share[label], name=label, marker_color=color, showlegend=False,
-                             hovertemplate=f"{label}<br>%{{x}}: %{{y:.1%}}<extra></extra>"), row=1, col=2)
+        fig.add_trace(
+            go.Bar(
+                x=list(comparison.kind_share.index),
+                y=comparison.kind_share[label],
+                name=label,
+                marker_color=color,
+                showlegend=False,
+                hovertemplate=f"{label}<br>%{{x}}: %{{y:.1%}}<extra></extra>",
+            ),
+            row=1,
+            col=2,
+        )
     top = max((parse_pid(pid)[0] for pid in comparison.both + comparison.only_a + comparison.only_b), default=0)
     fig.update_xaxes(categoryorder="array", categoryarray=list(KINDS), range=[-0.5, len(KINDS) - 0.5])
     fig.update_yaxes(title_text="layer", dtick=1 if top <= 12 else 5, range=[-0.5, top + 0.5], row=1, col=1)
@@ -192,14 +318,16 @@ def _write_png(fig: go.Figure, path: Path, attempts: int = 3) -> None:
         except Exception as exc:  # kaleido raises its own JavascriptError / ChromeError classes
             if attempt == attempts:
                 raise
-            warnings.warn(f"PNG export failed ({exc.__class__.__name__}), retrying ({attempt}/{attempts})", stacklevel=2)
+            warnings.warn(
+                f"PNG export failed ({exc.__class__.__name__}), retrying ({attempt}/{attempts})", stacklevel=2
+            )
 
 
 PLOTLY_JS = "plotly.min.js"
 
 
 def _plotly_js_beside(folder: Path) -> None:
-    """One copy of plotly.js per figures folder (what ``include_plotlyjs="directory"`` pages load), written atomically."""
+    """One plotly.js per figures folder (what ``include_plotlyjs="directory"`` pages load), written atomically."""
     target = folder / PLOTLY_JS
     if not target.is_file():
         from plotly.offline import get_plotlyjs
@@ -224,7 +352,10 @@ def save_figure(fig: go.Figure, stem: str | os.PathLike[str], png: bool = True) 
     if png:
         browser = chromium_path()
         if browser is None:
-            warnings.warn(f"no Chromium found: {stem.name}.png not written (apt-get install chromium to export PNGs)", stacklevel=2)
+            warnings.warn(
+                f"no Chromium found: {stem.name}.png not written (apt-get install chromium to export PNGs)",
+                stacklevel=2,
+            )
         else:
             os.environ.setdefault("BROWSER_PATH", browser)
             with atomic_path(stem.with_suffix(".png")) as tmp:

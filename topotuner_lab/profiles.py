@@ -12,9 +12,9 @@ import math
 import os
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +50,23 @@ class ModelIdentity:
         total = snap.total_params if total_params is None else total_params
         attention = sum(int(np.prod(s)) for s in snap.shapes.values())
         if total is None:
-            raise ProfileError(f"snapshot of {snap.model!r} records no parameter count (written by an older version)",
-                               "re-extract it with `topotuner-lab extract`, or pass --total-params N / --model MODEL")
+            raise ProfileError(
+                f"snapshot of {snap.model!r} records no parameter count (written by an older version)",
+                "re-extract it with `topotuner-lab extract`, or pass --total-params N / --model MODEL",
+            )
         if isinstance(total, bool) or not isinstance(total, (int, np.integer)) or total < attention:
-            raise ProfileError(f"total parameter count {total!r} is below the {attention:,} parameters of the attention matrices alone",
-                               "pass the whole model's parameter count (or omit --total-params to use the one the snapshot records)")
-        return cls(snap.base_model, snap.weights_hash, snap.architecture, int(total), {k: list(v) for k, v in snap.shapes.items()})
+            raise ProfileError(
+                f"total parameter count {total!r} is below the {attention:,} parameters of the attention matrices "
+                "alone",
+                "pass the whole model's parameter count (or omit --total-params to use the one the snapshot records)",
+            )
+        return cls(
+            snap.base_model,
+            snap.weights_hash,
+            snap.architecture,
+            int(total),
+            {k: list(v) for k, v in snap.shapes.items()},
+        )
 
     @classmethod
     def of(cls, model: torch.nn.Module, name: str) -> ModelIdentity:
@@ -64,7 +75,16 @@ class ModelIdentity:
 
 @dataclass
 class ProfileCard:
-    """A reusable freezing profile (JSON, schema ``SCHEMA_VERSION``)."""
+    """A reusable freezing profile (JSON, schema ``SCHEMA_VERSION``), validated on load.
+
+    Attributes
+    ----------
+    model : the pretrained model it was built for (name, weight hash, architecture, parameter count, shapes).
+    prior_task, strategy, metric, normalization : where the ranking came from and how it was made.
+    ranking : ``[{"pid", "score"}]`` best first for the strategy. ``trainable`` / ``frozen``: projection ids.
+    trainable_params, trainable_fraction : the trainable share of all model parameters (a fraction: 0.01 is 1%).
+    budget : ``{"count": k}`` or ``{"fraction": f}``. ``stop_threshold``: early-stopping threshold in (0, 1) or None.
+    """
 
     model: ModelIdentity
     prior_task: str
@@ -100,39 +120,62 @@ class ProfileCard:
         """Validate and build a card from parsed JSON; any problem is a :class:`ProfileError` naming the field."""
         rebuild = "rebuild the card with `topotuner-lab profile`"
         if not isinstance(data, dict):
-            raise ProfileError(f"{where} is not a JSON object", "load a file written by ProfileCard.save / `topotuner-lab profile`")
+            raise ProfileError(
+                f"{where} is not a JSON object", "load a file written by ProfileCard.save / `topotuner-lab profile`"
+            )
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ProfileError(
                 f"{where} has schema_version {version!r}; this version of topotuner_lab reads {SCHEMA_VERSION}",
-                "rebuild the card from its drift table with `topotuner-lab profile`, or use the topotuner_lab version that wrote it",
+                "rebuild the card from its drift table with `topotuner-lab profile`, or use the topotuner_lab "
+                "version that wrote it",
             )
         fields = cls.__dataclass_fields__
         missing = [f for f in fields if f not in _OPTIONAL_FIELDS and f not in data]
         extra = sorted(set(data) - set(fields))
         if missing or extra:
-            raise ProfileError(f"{where} " + "; ".join(filter(None, [missing and f"lacks field(s) {missing}", extra and f"has unknown field(s) {extra}"])), rebuild)
+            raise ProfileError(
+                f"{where} "
+                + "; ".join(
+                    filter(None, [missing and f"lacks field(s) {missing}", extra and f"has unknown field(s) {extra}"])
+                ),
+                rebuild,
+            )
         wrong = [name for name, check in _FIELD_CHECKS.items() if name in data and not check(data[name])]
         if wrong:
             raise ProfileError(f"{where} has field(s) {wrong} of the wrong type or value", rebuild)
         if data["strategy"] not in STRATEGIES:
-            raise ProfileError(f"{where} has unknown strategy {data['strategy']!r}", f"use one of {', '.join(STRATEGIES)}")
+            raise ProfileError(
+                f"{where} has unknown strategy {data['strategy']!r}", f"use one of {', '.join(STRATEGIES)}"
+            )
         try:
             model = ModelIdentity(**data["model"])
         except TypeError as exc:
             raise ProfileError(f"{where} has a malformed 'model' entry ({exc})", rebuild) from exc
-        if not (isinstance(model.shapes, dict) and all(_is_shape(v) for v in model.shapes.values()) and _is_count(model.total_params)):
+        if not (
+            isinstance(model.shapes, dict)
+            and all(_is_shape(v) for v in model.shapes.values())
+            and _is_count(model.total_params)
+        ):
             raise ProfileError(f"{where} has a malformed 'model' entry (shapes or total_params)", rebuild)
         card = cls(**{**data, "model": model})
         known = set(model.shapes)
         unknown = sorted(set(card.trainable + card.frozen + [r["pid"] for r in card.ranking]) - known)
         if unknown:
             raise ProfileError(f"{where} lists projection ids {unknown[:5]} that the model does not have", rebuild)
-        twice = sorted(set(card.trainable) & set(card.frozen)) or sorted({p for p in card.trainable + card.frozen if (card.trainable + card.frozen).count(p) > 1})
+        twice = sorted(set(card.trainable) & set(card.frozen)) or sorted(
+            {p for p in card.trainable + card.frozen if (card.trainable + card.frozen).count(p) > 1}
+        )
         if twice:
-            raise ProfileError(f"{where} lists projection ids {twice[:5]} more than once (trainable and frozen, or repeated)", rebuild)
+            raise ProfileError(
+                f"{where} lists projection ids {twice[:5]} more than once (trainable and frozen, or repeated)", rebuild
+            )
         if set(card.trainable) | set(card.frozen) != known:
-            raise ProfileError(f"{where} leaves projection ids {sorted(known - set(card.trainable) - set(card.frozen))[:5]} neither trainable nor frozen", rebuild)
+            raise ProfileError(
+                f"{where} leaves projection ids {sorted(known - set(card.trainable) - set(card.frozen))[:5]} "
+                "neither trainable nor frozen",
+                rebuild,
+            )
         if not card.trainable:
             raise ProfileError(f"{where} has no trainable projection", rebuild)
         return card
@@ -141,26 +184,37 @@ class ProfileCard:
     def load(cls, path: str | os.PathLike[str]) -> ProfileCard:
         path = Path(path)
         if not path.is_file():
-            raise InputFileError(f"profile card {path} does not exist", "build one with `topotuner-lab profile DRIFT_TABLE ...`")
+            raise InputFileError(
+                f"profile card {path} does not exist", "build one with `topotuner-lab profile DRIFT_TABLE ...`"
+            )
         try:
             data = json.loads(path.read_bytes().decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise ProfileError(f"profile card {path} is not valid UTF-8 JSON ({exc.__class__.__name__}: {str(exc)[:100]})",
-                               "rebuild the card with `topotuner-lab profile`") from exc
+            raise ProfileError(
+                f"profile card {path} is not valid UTF-8 JSON ({exc.__class__.__name__}: {str(exc)[:100]})",
+                "rebuild the card with `topotuner-lab profile`",
+            ) from exc
         return cls.from_dict(data, str(path))
 
     # --- views ---------------------------------------------------------------------------
     def to_markdown(self) -> str:
         """A model-card-like summary for sharing."""
-        top = "\n".join(f"| {i + 1} | `{r['pid']}` | {r['score']:.4g} | {'trainable' if r['pid'] in self.trainable else 'frozen'} |" for i, r in enumerate(self.ranking[:20]))
+        top = "\n".join(
+            f"| {i + 1} | `{r['pid']}` | {r['score']:.4g} | {'trainable' if r['pid'] in self.trainable else 'frozen'} |"
+            for i, r in enumerate(self.ranking[:20])
+        )
         return (
             f"# TopoTuner profile card: {self.strategy} on {self.prior_task}\n\n"
-            f"- **Model**: {self.model.name} ({self.model.architecture}, weights `{self.model.weights_hash[:12]}`, {self.model.total_params:,} parameters)\n"
-            f"- **Prior task**: {self.prior_task}\n- **Strategy**: {self.strategy}, ranked by `{self.metric}` ({self.normalization})\n"
-            f"- **Budget**: {self.budget}; **trainable**: {len(self.trainable)} projections, {self.trainable_params:,} parameters "
+            f"- **Model**: {self.model.name} ({self.model.architecture}, weights `{self.model.weights_hash[:12]}`, "
+            f"{self.model.total_params:,} parameters)\n"
+            f"- **Prior task**: {self.prior_task}\n- **Strategy**: {self.strategy}, ranked by `{self.metric}` "
+            f"({self.normalization})\n"
+            f"- **Budget**: {self.budget}; **trainable**: {len(self.trainable)} projections, "
+            f"{self.trainable_params:,} parameters "
             f"({100 * self.trainable_fraction:.2f}% of the model)\n"
             f"- **Trainable ids**: {', '.join(self.trainable)}\n"
-            f"- **Stopping threshold**: {self.stop_threshold}\n- **Transferred to**: {', '.join(self.transferred_to) or 'none yet'}\n"
+            f"- **Stopping threshold**: {self.stop_threshold}\n- **Transferred to**: "
+            f"{', '.join(self.transferred_to) or 'none yet'}\n"
             f"- **Seed**: {self.seed}; **created**: {self.created}; schema v{self.schema_version}\n\n"
             f"## Ranking (top 20)\n\n| rank | projection | score | state |\n|---|---|---|---|\n{top}\n"
         )
@@ -169,14 +223,22 @@ class ProfileCard:
         """``unfrozen_parameters`` regexes (Spectrum / axolotl format) for the trainable projections."""
         if model is None:
             if not is_llama_like(self.model.architecture):
-                raise ProfileError(f"parameter names of a {self.model.architecture!r} model cannot be written without the model",
-                                   "pass the model (card.to_spectrum_yaml(model)); GPT-2's fused q/k/v can only be unfrozen whole")
-            return [rf"^model\.layers\.{pid.split('.')[0][1:]}\.self_attn\.{pid[-1]}_proj\.weight$" for pid in self.trainable]
+                raise ProfileError(
+                    f"parameter names of a {self.model.architecture!r} model cannot be written without the model",
+                    "pass the model (card.to_spectrum_yaml(model)); GPT-2's fused q/k/v can only be unfrozen whole",
+                )
+            return [
+                rf"^model\.layers\.{pid.split('.')[0][1:]}\.self_attn\.{pid[-1]}_proj\.weight$"
+                for pid in self.trainable
+            ]
         names = {p.pid: p.param_name for p in enumerate_projections(model)}
         return sorted({"^" + re.escape(names[pid]) + "$" for pid in self.trainable})
 
     def to_spectrum_yaml(self, model: torch.nn.Module | None = None) -> str:
-        lines = [f"# TopoTuner profile: {self.strategy} on {self.prior_task}, {self.model.name}", "unfrozen_parameters:"]
+        lines = [
+            f"# TopoTuner profile: {self.strategy} on {self.prior_task}, {self.model.name}",
+            "unfrozen_parameters:",
+        ]
         return "\n".join(lines + [f"- {p}" for p in self.spectrum_patterns(model)]) + "\n"
 
 
@@ -204,12 +266,20 @@ _FIELD_CHECKS: dict[str, Any] = {
     "strategy": lambda v: isinstance(v, str),
     "metric": lambda v: isinstance(v, str),
     "drift_settings": lambda v: isinstance(v, dict),
-    "ranking": lambda v: isinstance(v, list) and all(isinstance(r, dict) and set(r) == {"pid", "score"} and isinstance(r["pid"], str) and _is_number(r["score"]) for r in v),
+    "ranking": lambda v: (
+        isinstance(v, list)
+        and all(
+            isinstance(r, dict) and set(r) == {"pid", "score"} and isinstance(r["pid"], str) and _is_number(r["score"])
+            for r in v
+        )
+    ),
     "trainable": _is_ids,
     "frozen": _is_ids,
     "trainable_params": _is_count,
     "trainable_fraction": lambda v: _is_number(v) and 0 <= v <= 1,
-    "budget": lambda v: isinstance(v, dict) and len(v) == 1 and ("count" in v or "fraction" in v) and _is_number(next(iter(v.values()))),
+    "budget": lambda v: (
+        isinstance(v, dict) and len(v) == 1 and ("count" in v or "fraction" in v) and _is_number(next(iter(v.values())))
+    ),
     "stop_threshold": lambda v: v is None or (_is_number(v) and 0 < v < 1),
     "transferred_to": _is_ids,
     "seed": _is_count,
@@ -223,25 +293,43 @@ def param_counts(shapes: dict[str, list[int]]) -> dict[str, int]:
     return {pid: int(np.prod(shape)) for pid, shape in shapes.items()}
 
 
-def select_projections(scores: pd.Series, params: dict[str, int], total_params: int, *, descending: bool, count: int | None = None, fraction: float | None = None) -> tuple[list[str], list[str]]:
+def select_projections(
+    scores: pd.Series,
+    params: dict[str, int],
+    total_params: int,
+    *,
+    descending: bool,
+    count: int | None = None,
+    fraction: float | None = None,
+) -> tuple[list[str], list[str]]:
     """Rank ids by score and keep the first ``count`` or those fitting ``fraction`` of the parameters.
 
     Returns ``(ranked_ids, selected_ids)``. Ties keep the table order (stable sort).
     """
     if (count is None) == (fraction is None):
-        raise ProfileError("give exactly one of count (matrices) or budget fraction", "e.g. count=4, or fraction=0.01 for 1% of the model")
+        raise ProfileError(
+            "give exactly one of count (matrices) or budget fraction",
+            "e.g. count=4, or fraction=0.01 for 1% of the model",
+        )
     ranked = list(scores.sort_values(ascending=not descending, kind="stable").index)
     if count is not None:
         if not 1 <= count <= len(ranked):
-            raise ProfileError(f"count={count} is outside 1..{len(ranked)} (the number of projections)", f"pick between 1 and {len(ranked)} matrices")
+            raise ProfileError(
+                f"count={count} is outside 1..{len(ranked)} (the number of projections)",
+                f"pick between 1 and {len(ranked)} matrices",
+            )
         return ranked, ranked[:count]
     if not 0 < fraction <= 1:
-        raise ProfileError(f"budget {fraction!r} is not a fraction in (0, 1] (above 100% or not positive)", "give the budget as a fraction: 0.01 for 1%, 0.02 for 2%")
+        raise ProfileError(
+            f"budget {fraction!r} is not a fraction in (0, 1] (above 100% or not positive)",
+            "give the budget as a fraction: 0.01 for 1%, 0.02 for 2%",
+        )
     limit = fraction * total_params
     smallest = min(params.values())
     if limit < smallest:
         raise ProfileError(
-            f"budget {100 * fraction:.3g}% = {limit:,.0f} parameters is below the smallest projection ({smallest:,} parameters)",
+            f"budget {100 * fraction:.3g}% = {limit:,.0f} parameters is below the smallest projection "
+            f"({smallest:,} parameters)",
             f"raise the budget to at least {100 * smallest / total_params:.3g}% or give a count",
         )
     chosen, used = [], 0
@@ -252,7 +340,9 @@ def select_projections(scores: pd.Series, params: dict[str, int], total_params: 
     return ranked, chosen
 
 
-def normalized_scores(table: pd.DataFrame, metric: str, normalization: str = "raw", noise: Sequence[pd.DataFrame] = ()) -> pd.Series:
+def normalized_scores(
+    table: pd.DataFrame, metric: str, normalization: str = "raw", noise: Sequence[pd.DataFrame] = ()
+) -> pd.Series:
     """``metric`` per projection id, normalized so that matrices of different sizes compare fairly.
 
     ``raw``: the column itself. ``per-point``: divided by the pretrained diagram's number of points (W sums over
@@ -270,15 +360,23 @@ def normalized_scores(table: pd.DataFrame, metric: str, normalization: str = "ra
     if normalization in ("per-point", "relative"):
         column = f"n_{dim}_before" if normalization == "per-point" else f"{dim}_persistence_before"
         if dim is None or column not in indexed:
-            raise ProfileError(f"normalization {normalization!r} needs a topological column (h0_*, h1_*) of a current drift table; "
-                               f"{metric!r} has no {column!r}", "rank by e.g. h0_w1, or recompute the table with `topotuner-lab drift`")
+            raise ProfileError(
+                f"normalization {normalization!r} needs a topological column (h0_*, h1_*) of a current drift table; "
+                f"{metric!r} has no {column!r}",
+                "rank by e.g. h0_w1, or recompute the table with `topotuner-lab drift`",
+            )
         return scores / indexed[column].astype(float).clip(lower=np.finfo(float).tiny)
     if len(noise) < 2:
-        raise ProfileError(f"normalization 'noise-z' needs at least two noise drift tables, got {len(noise)}",
-                           "compute drift of the pretrained snapshot against 2+ perturbed copies (`topotuner-lab perturb --seed N`)")
+        raise ProfileError(
+            f"normalization 'noise-z' needs at least two noise drift tables, got {len(noise)}",
+            "compute drift of the pretrained snapshot against 2+ perturbed copies (`topotuner-lab perturb --seed N`)",
+        )
     floor = pd.concat([n.set_index("pid")[metric].astype(float).reindex(scores.index) for n in noise], axis=1)
     if floor.isna().any().any():
-        raise ProfileError("a noise table lacks some projection ids of the drift table", "compute the noise tables from the same pretrained snapshot")
+        raise ProfileError(
+            "a noise table lacks some projection ids of the drift table",
+            "compute the noise tables from the same pretrained snapshot",
+        )
     return (scores - floor.mean(axis=1)) / floor.std(axis=1, ddof=1).clip(lower=np.finfo(float).tiny)
 
 
@@ -286,18 +384,33 @@ def check_table_fits(table: pd.DataFrame, identity: ModelIdentity) -> None:
     """Refuse a drift table of another model: ids, shapes, and the pretrained weight hash it records."""
     unknown = sorted(set(table["pid"]) - set(identity.shapes))
     if unknown:
-        raise ProfileError(f"drift table ids {unknown[:5]} are not projections of {identity.name}", "use a drift table computed for this model")
-    differing = [p for p, r, c in zip(table["pid"], table["rows"], table["cols"]) if identity.shapes[p] != [int(r), int(c)]]
+        raise ProfileError(
+            f"drift table ids {unknown[:5]} are not projections of {identity.name}",
+            "use a drift table computed for this model",
+        )
+    differing = [
+        p for p, r, c in zip(table["pid"], table["rows"], table["cols"]) if identity.shapes[p] != [int(r), int(c)]
+    ]
     if differing:
-        raise ProfileError(f"drift table shapes differ from the pretrained snapshot at {differing[:5]} "
-                           f"({identity.shapes[differing[0]]} in the snapshot): the table is of another model", "use a drift table computed for this model")
+        raise ProfileError(
+            f"drift table shapes differ from the pretrained snapshot at {differing[:5]} "
+            f"({identity.shapes[differing[0]]} in the snapshot): the table is of another model",
+            "use a drift table computed for this model",
+        )
     recorded = table.attrs.get("before_hash")
     if recorded is None:
-        warnings.warn("the drift table records no pretrained weight hash (a CSV table, or one written by an older version): only its ids "
-                      "and shapes were checked against the pretrained snapshot; Parquet tables carry the hash", stacklevel=2)
+        warnings.warn(
+            "the drift table records no pretrained weight hash (a CSV table, or one written by an older version): "
+            "only its ids "
+            "and shapes were checked against the pretrained snapshot; Parquet tables carry the hash",
+            stacklevel=2,
+        )
     elif recorded != identity.weights_hash:
-        raise ProfileError(f"drift table was computed from weights {str(recorded)[:12]}, the pretrained snapshot has {identity.weights_hash[:12]}",
-                           "build the card from the pretrained snapshot the table was computed from (or recompute the table)")
+        raise ProfileError(
+            f"drift table was computed from weights {str(recorded)[:12]}, the pretrained snapshot has "
+            f"{identity.weights_hash[:12]}",
+            "build the card from the pretrained snapshot the table was computed from (or recompute the table)",
+        )
 
 
 def build_profile(
@@ -333,15 +446,22 @@ def build_profile(
         raise ProfileError(f"unknown strategy {strategy!r}", f"use one of {', '.join(STRATEGIES)}")
     rank_col = "rel_frobenius" if strategy == "magnitude" else metric
     if rank_col not in numeric_columns(table):
-        raise ProfileError(f"drift table has no measure column {rank_col!r}", f"rank by one of {numeric_columns(table)}")
+        raise ProfileError(
+            f"drift table has no measure column {rank_col!r}", f"rank by one of {numeric_columns(table)}"
+        )
     check_table_fits(table, identity)
     scores = normalized_scores(table, rank_col, "raw" if strategy in ("random", "magnitude") else normalization, noise)
     if not np.isfinite(scores.to_numpy()).all():
-        raise ProfileError(f"drift column {rank_col!r} holds NaN or infinite values", "recompute the drift table from healthy snapshots")
+        raise ProfileError(
+            f"drift column {rank_col!r} holds NaN or infinite values",
+            "recompute the drift table from healthy snapshots",
+        )
     if strategy == "random":
         scores = pd.Series(np.random.default_rng(seed).permutation(len(scores)).astype(float), index=scores.index)
     params = param_counts(identity.shapes)
-    ranked, chosen = select_projections(scores, params, identity.total_params, descending=strategy != "low-drift", count=count, fraction=fraction)
+    ranked, chosen = select_projections(
+        scores, params, identity.total_params, descending=strategy != "low-drift", count=count, fraction=fraction
+    )
     trainable_params = sum(params[p] for p in chosen)
     order = list(identity.shapes)
     return ProfileCard(
@@ -367,14 +487,17 @@ def check_card_fits(card: ProfileCard, model: torch.nn.Module) -> None:
     identity = ModelIdentity.of(model, card.model.name)
     if identity.shapes != card.model.shapes:
         raise ProfileError(
-            f"card was built for {card.model.name!r} ({len(card.model.shapes)} projections), but this model's projections differ "
+            f"card was built for {card.model.name!r} ({len(card.model.shapes)} projections), but this model's "
+            "projections differ "
             f"({identity.architecture}, {len(identity.shapes)} projections)",
             "apply the card to the model it was built for, or build a new card from this model's drift table",
         )
     if identity.weights_hash != card.model.weights_hash:
         raise ProfileError(
-            f"card was built for weights {card.model.weights_hash[:12]} of {card.model.name!r}, this model has {identity.weights_hash[:12]}",
-            "apply the card to the same pretrained model (not a fine-tuned copy or another checkpoint), or rebuild the card",
+            f"card was built for weights {card.model.weights_hash[:12]} of {card.model.name!r}, this model has "
+            f"{identity.weights_hash[:12]}",
+            "apply the card to the same pretrained model (not a fine-tuned copy or another checkpoint), or rebuild "
+            "the card",
         )
 
 
@@ -409,9 +532,12 @@ def apply_profile(model: torch.nn.Module, card: ProfileCard, *, check: bool = Tr
         siblings = [p for p in projections.values() if p.param_name == name]
         if len(parts) < len(siblings):  # part of a fused matrix: mask the frozen rows' gradients
             if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):
-                raise ProfileError(f"the card trains only part of the fused parameter {name} (GPT-2 c_attn), which needs a gradient hook; "
-                                   "FSDP flattens parameters and does not run such hooks", "train this model with DDP (no --use_fsdp), or a card "
-                                   "that trains all of q, k and v of a layer")
+                raise ProfileError(
+                    f"the card trains only part of the fused parameter {name} (GPT-2 c_attn), which needs a "
+                    "gradient hook; "
+                    "FSDP flattens parameters and does not run such hooks",
+                    "train this model with DDP (no --use_fsdp), or a card that trains all of q, k and v of a layer",
+                )
             keep = torch.zeros(param.shape, dtype=torch.bool)
             for part in parts:
                 if part.transposed:
@@ -420,4 +546,3 @@ def apply_profile(model: torch.nn.Module, card: ProfileCard, *, check: bool = Tr
                     keep[part.row_start : part.row_stop] = True
             param.register_hook(lambda grad, keep=keep: grad * keep.to(grad.dtype))
     return sorted(by_param)
-

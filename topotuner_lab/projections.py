@@ -20,7 +20,10 @@ if TYPE_CHECKING:
 KINDS: tuple[str, ...] = ("q", "k", "v", "o")
 
 # ``(?:base_layer\.)?`` also finds the frozen base weight inside a peft LoRA layer.
-_LLAMA_LIKE = (r"(?:^|\.)layers\.(\d+)\.self_attn\.(q|k|v|o)_proj\.(?:base_layer\.)?weight$", {"q": "q", "k": "k", "v": "v", "o": "o"})
+_LLAMA_LIKE = (
+    r"(?:^|\.)layers\.(\d+)\.self_attn\.(q|k|v|o)_proj\.(?:base_layer\.)?weight$",
+    {"q": "q", "k": "k", "v": "v", "o": "o"},
+)
 _BERT_LIKE = (
     r"(?:^|\.)layer\.(\d+)\.attention\.(?:self\.(query|key|value)|output\.(dense))\.(?:base_layer\.)?weight$",
     {"query": "q", "key": "k", "value": "v", "dense": "o"},
@@ -29,7 +32,24 @@ _GPT2 = (r"(?:^|\.)h\.(\d+)\.attn\.(c_attn|c_proj)\.(?:base_layer\.)?weight$", {
 
 #: model_type -> (parameter-name pattern, name-to-kind map)
 ARCHITECTURES: dict[str, tuple[str, dict[str, str]]] = {
-    **{t: _LLAMA_LIKE for t in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gemma", "gemma2", "gemma3", "gemma3_text", "olmo", "olmo2")},
+    **{
+        t: _LLAMA_LIKE
+        for t in (
+            "llama",
+            "mistral",
+            "mixtral",
+            "qwen2",
+            "qwen3",
+            "qwen2_moe",
+            "qwen3_moe",
+            "gemma",
+            "gemma2",
+            "gemma3",
+            "gemma3_text",
+            "olmo",
+            "olmo2",
+        )
+    },
     **{t: _BERT_LIKE for t in ("bert", "roberta", "xlm-roberta", "electra")},
     "gpt2": _GPT2,
 }
@@ -124,5 +144,7 @@ def parse_pid(pid: str) -> tuple[int, str]:
     """``"L12.q"`` -> ``(12, "q")``."""
     match = PID_PATTERN.fullmatch(pid) if isinstance(pid, str) else None
     if not match:
-        raise ParameterError(f"{pid!r} is not a projection id", "ids look like 'L12.q' (layer number, then one of q, k, v, o)")
+        raise ParameterError(
+            f"{pid!r} is not a projection id", "ids look like 'L12.q' (layer number, then one of q, k, v, o)"
+        )
     return int(match.group(1)), match.group(2)

@@ -3,8 +3,8 @@ kinds drift most, and a claim-by-claim check against the paper computed from the
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,16 @@ import numpy as np
 import pandas as pd
 
 from . import atomic
-from .claims import COMPETITIVE_MARGIN, ClaimResult, claim_results, claims_frame, compared_runs, correct_from, method_family, summary_verdict
+from .claims import (
+    COMPETITIVE_MARGIN,
+    ClaimResult,
+    claim_results,
+    claims_frame,
+    compared_runs,
+    correct_from,
+    method_family,
+    summary_verdict,
+)
 from .drift import DriftSettings, load_table
 from .noise import NOISE_SCALE, noise_check
 from .plots import drift_heatmaps, save_figure
@@ -20,6 +29,7 @@ from .profiles import NORMALIZATIONS, ModelIdentity, build_profile
 from .projections import KINDS
 from .snapshot import Snapshot, load_snapshot
 from .workspace import WorkDir, noise_tables_once
+
 
 def markdown_table(table: pd.DataFrame) -> str:
     """A results table as Markdown, numbers rounded for reading; a ``seed`` column with one value is left out."""
@@ -34,9 +44,17 @@ def spread_table(results: pd.DataFrame) -> pd.DataFrame:
     """Mean and standard deviation over seeds, per setting and run, at each run's selected learning rate."""
     with_drop = compared_runs(results).assign(ood_drop=results["ood_acc_before"] - results["ood_acc_after"])
     table = with_drop.groupby(["prior", "target", "run"], sort=False).agg(
-        seeds=("seed", "nunique"), lr=("lr", "first"), val_acc_mean=("val_acc", "mean"), test_acc_mean=("test_acc", "mean"), test_acc_std=("test_acc", "std"), acc_at_stop_mean=("acc_at_stop", "mean"),
-        stop_epoch_mean=("stop_epoch", "mean"), ood_drop_mean=("ood_drop", "mean"), sec_per_epoch_median=("sec_per_epoch", "median"),
-        trainable_pct=("trainable_pct", "first"))
+        seeds=("seed", "nunique"),
+        lr=("lr", "first"),
+        val_acc_mean=("val_acc", "mean"),
+        test_acc_mean=("test_acc", "mean"),
+        test_acc_std=("test_acc", "std"),
+        acc_at_stop_mean=("acc_at_stop", "mean"),
+        stop_epoch_mean=("stop_epoch", "mean"),
+        ood_drop_mean=("ood_drop", "mean"),
+        sec_per_epoch_median=("sec_per_epoch", "median"),
+        trainable_pct=("trainable_pct", "first"),
+    )
     return table.reset_index()
 
 
@@ -52,22 +70,30 @@ def grid_share(snapshot: Snapshot, block: int = 32, levels: int = 16) -> float:
 
 
 def drift_by_kind(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean drift per projection kind; H0 W1 also per row, since W1 sums over a diagram's points and kinds differ in rows."""
+    """Mean drift per projection kind; H0 W1 also per row (W1 sums over a diagram's points; kinds differ in rows)."""
     table = table.assign(h0_w1_per_row=table["h0_w1"] / table["rows"])
     return table.groupby("kind")[["h0_w1", "h0_w1_per_row", "h1_w1", "rel_frobenius"]].mean().reindex(list(KINDS))
 
 
 def model_family_section(kinds: dict[tuple[str, str], pd.Series]) -> str:
-    """Which projection kinds drift most, per model and prior task (the paper: V/O in LLaMA and Mistral, K/Q in Qwen)."""
+    """Which projection kinds drift most, per model and prior task (paper: V/O in LLaMA and Mistral, K/Q in Qwen)."""
     table = pd.DataFrame(kinds).T.rename_axis(["model", "prior"])
     table["ranking"] = [" > ".join(row.sort_values(ascending=False).index) for _, row in table[list(KINDS)].iterrows()]
     tops = table.groupby(level="model")["ranking"].agg(lambda r: sorted({x.split(" > ")[0] for x in r}))
-    return ("\n## Is the drift profile model-dependent?\n\nMean H0 W1 per row by projection kind, per model and prior task. The paper finds high "
-            "V/O drift in LLaMA and Mistral and K/Q drift in Qwen. Most-drifting kind here: "
-            + "; ".join(f"{model}: {', '.join(top)}" for model, top in tops.items()) + ".\n\n" + table.reset_index().to_markdown(index=False, floatfmt=".4g") + "\n")
+    return (
+        "\n## Is the drift profile model-dependent?\n\nMean H0 W1 per row by projection kind, per model and prior "
+        "task. The paper finds high "
+        "V/O drift in LLaMA and Mistral and K/Q drift in Qwen. Most-drifting kind here: "
+        + "; ".join(f"{model}: {', '.join(top)}" for model, top in tops.items())
+        + ".\n\n"
+        + table.reset_index().to_markdown(index=False, floatfmt=".4g")
+        + "\n"
+    )
 
 
-def noise_floor_section(pre: Snapshot, post_path: Path, table: pd.DataFrame, noise: list[pd.DataFrame], metric: str) -> str:
+def noise_floor_section(
+    pre: Snapshot, post_path: Path, table: pd.DataFrame, noise: list[pd.DataFrame], metric: str
+) -> str:
     """Real drift beside the noise floor (the 4-bit grid effect); empty without the fine-tuned snapshot."""
     if not post_path.is_file():
         return ""
@@ -75,10 +101,16 @@ def noise_floor_section(pre: Snapshot, post_path: Path, table: pd.DataFrame, noi
     cols = ["h0_w1", "h1_w1", "rel_frobenius", "row_cosine_change"]
     floor = pd.concat(noise)[cols].median()
     ratio = (table[cols].median() / floor).to_frame("median fine-tune drift / median noise drift")
-    return (f"\nNoise floor: {100 * grid_share(pre):.1f}% of the pretrained matrices' 32-weight blocks hold at most 16 distinct values (weights dequantized "
-            f"from a 4-bit GGUF sit on such a grid; Q4_K_M keeps some matrices in 6 bits); after the fine-tune {100 * grid_share(post):.1f}% do. A random "
-            f"perturbation of std {NOISE_SCALE:g} x each matrix's std ({len(noise)} seeds) also leaves the grid; the real drift over that noise floor:\n\n"
-            + ratio.to_markdown(floatfmt=".3g") + f"\n\n{noise_check(table, noise, metric).message}\n")
+    return (
+        f"\nNoise floor: {100 * grid_share(pre):.1f}% of the pretrained matrices' 32-weight blocks hold at most 16 "
+        "distinct values (weights dequantized "
+        "from a 4-bit GGUF sit on such a grid; Q4_K_M keeps some matrices in 6 bits); after the fine-tune "
+        f"{100 * grid_share(post):.1f}% do. A random "
+        f"perturbation of std {NOISE_SCALE:g} x each matrix's std ({len(noise)} seeds) also leaves the grid; the "
+        "real drift over that noise floor:\n\n"
+        + ratio.to_markdown(floatfmt=".3g")
+        + f"\n\n{noise_check(table, noise, metric).message}\n"
+    )
 
 
 def setup_section(preset: dict[str, Any], runs: int, results: pd.DataFrame) -> str:
@@ -86,31 +118,55 @@ def setup_section(preset: dict[str, Any], runs: int, results: pd.DataFrame) -> s
     prior, target = preset["prior"], preset["target"]
     grids = "; ".join(f"{fam} {', '.join(f'{lr:g}' for lr in lrs)}" for fam, lrs in preset["lr_grid"].items())
     lines = [
-        f"Model: {preset['model'] or 'embedded SmolLM2-135M-Instruct'}; priors {', '.join(preset['prior_tasks'])}, each card transferred to the other "
-        f"task(s) of {', '.join(preset['target_tasks'])}; seeds {preset['seeds']} (each sets the training seed and which training rows are drawn; "
+        f"Model: {preset['model'] or 'embedded SmolLM2-135M-Instruct'}; priors {', '.join(preset['prior_tasks'])}, "
+        "each card transferred to the other "
+        f"task(s) of {', '.join(preset['target_tasks'])}; seeds {preset['seeds']} (each sets the training seed and "
+        "which training rows are drawn; "
         "the test rows are the same for every seed and method, so comparisons are paired).",
-        f"Prior fine-tune: full FT, {prior['n_train']} examples x {prior['epochs']} epoch(s), lr {prior['learning_rate'] or 'default'}.",
-        f"Targets: {target['n_train']} training, {target['n_val']} validation (carved from the training split), {target['n_test']} test examples; "
-        f"{target['epochs']} epochs, batch {target['batch_size']}, {target['max_length']} tokens, linear learning-rate decay.",
-        f"Learning rates: each method (full FT, LoRA, each card strategy at each budget) swept over {grids} on the first seed, the rate with the best "
+        f"Prior fine-tune: full FT, {prior['n_train']} examples x {prior['epochs']} epoch(s), lr "
+        f"{prior['learning_rate'] or 'default'}.",
+        f"Targets: {target['n_train']} training, {target['n_val']} validation (carved from the training split), "
+        f"{target['n_test']} test examples; "
+        f"{target['epochs']} epochs, batch {target['batch_size']}, {target['max_length']} tokens, linear "
+        "learning-rate decay.",
+        f"Learning rates: each method (full FT, LoRA, each card strategy at each budget) swept over {grids} on the "
+        "first seed, the rate with the best "
         "validation accuracy kept for the other seeds; the chosen rates are in the learning-rate section.",
-        f"Cards: {', '.join(preset['strategies'])} ranked by `{preset['metric']}` with `{preset['normalization']}` normalization (see the normalization "
-        f"section), at budgets {', '.join(f'{100 * b:g}%' for b in preset['budgets'])} of all parameters; LoRA on q/k/v/o with the rank closest to the "
+        f"Cards: {', '.join(preset['strategies'])} ranked by `{preset['metric']}` with `{preset['normalization']}` "
+        "normalization (see the normalization "
+        f"section), at budgets {', '.join(f'{100 * b:g}%' for b in preset['budgets'])} of all parameters; LoRA on "
+        "q/k/v/o with the rank closest to the "
         "high-drift card's parameter count.",
-        f"Early stopping: threshold {preset['stop_threshold']} on H0 W1 epoch-to-epoch drift normalized by the first epoch's"
-        + (", observe mode (a stopped run is the full-budget run cut at its stop epoch)" if target["observe_only"] else "")
-        + ("; each card also runs once at its chosen rate with a constant schedule, to see the rule apart from a decaying rate." if preset["constant_lr"] else "."),
+        f"Early stopping: threshold {preset['stop_threshold']} on H0 W1 epoch-to-epoch drift normalized by the "
+        "first epoch's"
+        + (
+            ", observe mode (a stopped run is the full-budget run cut at its stop epoch)"
+            if target["observe_only"]
+            else ""
+        )
+        + (
+            "; each card also runs once at its chosen rate with a constant schedule, to see the rule apart from a "
+            "decaying rate."
+            if preset["constant_lr"]
+            else "."
+        ),
     ]
     if "wall_sec" in results and results["wall_sec"].notna().any():
         cost = results.groupby(results["run"].map(method_family))["wall_sec"].median() / 60
-        lines.append("Cost here (2 CPU cores), median minutes per fine-tune including evaluation: " + ", ".join(f"{k} {v:.1f}" for k, v in cost.items())
-                     + f"; {runs} fine-tunes in all, {results['wall_sec'].sum() / 3600:.1f} h.")
+        lines.append(
+            "Cost here (2 CPU cores), median minutes per fine-tune including evaluation: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in cost.items())
+            + f"; {runs} fine-tunes in all, {results['wall_sec'].sum() / 3600:.1f} h."
+        )
     if preset.get("other_models"):
         lines.append(f"Drift only (own prior fine-tunes, no transfer grid): {', '.join(preset['other_models'])}.")
     planned = preset.get("planned_runs", runs)
     if runs < planned:
-        lines.append(f"**Partial run**: {runs} of the {planned} planned fine-tunes are done (seeds are the outer loop, so earlier seeds are complete); "
-                     "rerunning the command resumes the rest.")
+        lines.append(
+            f"**Partial run**: {runs} of the {planned} planned fine-tunes are done (seeds are the outer loop, so "
+            "earlier seeds are complete); "
+            "rerunning the command resumes the rest."
+        )
     return "\n## Setup\n\n" + "".join(f"- {line}\n" for line in lines)
 
 
@@ -120,15 +176,26 @@ def claims_section(claims: list[ClaimResult]) -> str:
         return "\n## Claims\n\nNo complete setting to judge yet.\n"
     table = claims_frame(claims)
     fmt = lambda v, signed: f"{v:+.3f}" if signed else f"{v:.3g}"  # noqa: E731 - differences signed, ratios and epochs plain
-    table["estimate [95% CI]"] = [f"{fmt(e, ' - ' in m)} [{fmt(lo, ' - ' in m)}, {fmt(hi, ' - ' in m)}]"
-                                  for e, lo, hi, m in zip(table["estimate"], table["low"], table["high"], table["measure"])]
+    table["estimate [95% CI]"] = [
+        f"{fmt(e, ' - ' in m)} [{fmt(lo, ' - ' in m)}, {fmt(hi, ' - ' in m)}]"
+        for e, lo, hi, m in zip(table["estimate"], table["low"], table["high"], table["measure"])
+    ]
     shown = table[["claim", "setting", "measure", "estimate [95% CI]", "threshold", "verdict"]]
     overall = "\n".join(f"- {claim}: **{summary_verdict(claims, claim)}**" for claim in dict.fromkeys(table["claim"]))
-    return ("\n## Claims, checked against these numbers\n\nEach line compares runs at their own selected learning rates on the same test examples. "
-            "Accuracy differences carry paired bootstrap intervals over test examples (each example's correctness averaged over seeds); timing and "
-            "stop epochs are bootstrapped over runs. A claim *held* when the whole interval clears the threshold, *did not hold* when it lies wholly on "
-            f"the other side, and is *inconclusive* when it covers the threshold. Competitive means at most {COMPETITIVE_MARGIN:g} below full FT.\n\n"
-            + shown.to_markdown(index=False, floatfmt=".3g") + "\n\nOver all settings (held or did not hold only where every setting agrees):\n\n" + overall + "\n")
+    return (
+        "\n## Claims, checked against these numbers\n\nEach line compares runs at their own selected learning "
+        "rates on the same test examples. "
+        "Accuracy differences carry paired bootstrap intervals over test examples (each example's correctness "
+        "averaged over seeds); timing and "
+        "stop epochs are bootstrapped over runs. A claim *held* when the whole interval clears the threshold, *did "
+        "not hold* when it lies wholly on "
+        "the other side, and is *inconclusive* when it covers the threshold. Competitive means at most "
+        f"{COMPETITIVE_MARGIN:g} below full FT.\n\n"
+        + shown.to_markdown(index=False, floatfmt=".3g")
+        + "\n\nOver all settings (held or did not hold only where every setting agrees):\n\n"
+        + overall
+        + "\n"
+    )
 
 
 def lr_section(results: pd.DataFrame) -> str:
@@ -138,39 +205,79 @@ def lr_section(results: pd.DataFrame) -> str:
     sweep.columns = [f"val acc @ {lr:g}" for lr in sweep.columns]
     chosen = first[first["selected"].astype(bool)].set_index(["prior", "target", "run"])["lr"].rename("chosen lr")
     table = sweep.join(chosen).reset_index()
-    return ("\n## Learning rates, chosen on validation data\n\nEach method's sweep on the first seed (validation accuracy per rate; the test set is "
-            "not looked at) and the rate kept for every seed.\n\n" + table.to_markdown(index=False, floatfmt=".3g") + "\n")
+    return (
+        "\n## Learning rates, chosen on validation data\n\nEach method's sweep on the first seed (validation "
+        "accuracy per rate; the test set is "
+        "not looked at) and the rate kept for every seed.\n\n" + table.to_markdown(index=False, floatfmt=".3g") + "\n"
+    )
 
 
 def stopping_section(results: pd.DataFrame) -> str:
     """Stop epochs by schedule, and how closely the linear runs' drift followed the learning rate."""
-    cards = results[results["run"].str.startswith("profile:") & (results["selected"].astype(bool) | results["run"].str.contains(r"\+constant", regex=True))]
+    cards = results[
+        results["run"].str.startswith("profile:")
+        & (results["selected"].astype(bool) | results["run"].str.contains(r"\+constant", regex=True))
+    ]
     if cards.empty:
         return ""
-    table = cards.groupby(cards["schedule"].fillna("linear")).agg(runs=("run", "size"), stopped=("stop_epoch", "count"),
-                                                                 median_stop=("stop_epoch", "median"), mean_test_acc=("test_acc", "mean"),
-                                                                 mean_acc_at_stop=("acc_at_stop", "mean"))
-    lines = ["\n## Early stopping apart from the schedule\n\nCard runs at their chosen rate with the linear decay and with a constant rate "
-             "(observe mode: `acc_at_stop` is the accuracy when the rule fired, `test_acc` after the whole budget).\n\n" + table.to_markdown(floatfmt=".3g") + "\n"]
+    table = cards.groupby(cards["schedule"].fillna("linear")).agg(
+        runs=("run", "size"),
+        stopped=("stop_epoch", "count"),
+        median_stop=("stop_epoch", "median"),
+        mean_test_acc=("test_acc", "mean"),
+        mean_acc_at_stop=("acc_at_stop", "mean"),
+    )
+    lines = [
+        "\n## Early stopping apart from the schedule\n\nCard runs at their chosen rate with the linear decay and "
+        "with a constant rate "
+        "(observe mode: `acc_at_stop` is the accuracy when the rule fired, `test_acc` after the whole budget).\n\n"
+        + table.to_markdown(floatfmt=".3g")
+        + "\n"
+    ]
     if results["drift_minus_lr_ratio"].notna().any():
         gap = results.groupby(results["run"].map(method_family))["drift_minus_lr_ratio"].median()
-        lines.append("\nNormalized epoch drift minus the epoch's learning rate relative to the first epoch's (linear runs), median per method: "
-                     + ", ".join(f"{k} {v:+.2f}" for k, v in gap.items()) + ". Near 0 the drift only tracked the schedule.\n")
+        lines.append(
+            "\nNormalized epoch drift minus the epoch's learning rate relative to the first epoch's (linear runs), "
+            "median per method: "
+            + ", ".join(f"{k} {v:+.2f}" for k, v in gap.items())
+            + ". Near 0 the drift only tracked the schedule.\n"
+        )
     return "".join(lines)
 
 
-def normalization_section(table: pd.DataFrame, identity: ModelIdentity, noise: list[pd.DataFrame], preset: dict[str, Any], prior: str) -> str:
-    """Which matrices a high-drift card picks under each normalization, and how far that is from the one the claims use."""
+def normalization_section(
+    table: pd.DataFrame, identity: ModelIdentity, noise: list[pd.DataFrame], preset: dict[str, Any], prior: str
+) -> str:
+    """Which matrices a high-drift card picks under each normalization, and how far from the one the claims use."""
     rows = []
     for budget in preset["budgets"]:
-        picks = {norm: build_profile(table, identity, prior_task=prior, metric=preset["metric"], fraction=budget, normalization=norm, noise=noise).trainable
-                 for norm in NORMALIZATIONS}
+        picks = {
+            norm: build_profile(
+                table,
+                identity,
+                prior_task=prior,
+                metric=preset["metric"],
+                fraction=budget,
+                normalization=norm,
+                noise=noise,
+            ).trainable
+            for norm in NORMALIZATIONS
+        }
         used = set(picks[preset["normalization"]])
         for norm, chosen in picks.items():
-            rows.append({"budget": f"{100 * budget:g}%", "normalization": norm + (" (used)" if norm == preset["normalization"] else ""),
-                         "trainable": ", ".join(chosen), f"Jaccard vs {preset['normalization']}": len(used & set(chosen)) / len(used | set(chosen))})
-    return (f"\nHigh-drift selections of the {prior} prior under each normalization (raw W sums over a diagram's points, so big matrices "
-            "rank high by size alone):\n\n" + pd.DataFrame(rows).to_markdown(index=False, floatfmt=".2f") + "\n")
+            rows.append(
+                {
+                    "budget": f"{100 * budget:g}%",
+                    "normalization": norm + (" (used)" if norm == preset["normalization"] else ""),
+                    "trainable": ", ".join(chosen),
+                    f"Jaccard vs {preset['normalization']}": len(used & set(chosen)) / len(used | set(chosen)),
+                }
+            )
+    return (
+        f"\nHigh-drift selections of the {prior} prior under each normalization (raw W sums over a diagram's "
+        "points, so big matrices "
+        "rank high by size alone):\n\n" + pd.DataFrame(rows).to_markdown(index=False, floatfmt=".2f") + "\n"
+    )
 
 
 def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
@@ -180,13 +287,20 @@ def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
     preset = json.loads(out.preset.read_text())
     figures = target.parent / "figures"
     claims = claim_results(results, correct_from(out.root))
-    parts = [f"# Results: the paper's comparison in miniature\n\nProduced by `{command}` on {datetime.now(timezone.utc):%Y-%m-%d} "
-             "(2 CPU cores, no GPU). Every number below comes from that run's `results.csv` and run folders; nothing is typed in by hand.\n"]
+    parts = [
+        f"# Results: the paper's comparison in miniature\n\nProduced by `{command}` on "
+        f"{datetime.now(timezone.utc):%Y-%m-%d} "
+        "(2 CPU cores, no GPU). Every number below comes from that run's `results.csv` and run folders; nothing is "
+        "typed in by hand.\n"
+    ]
     parts.append(setup_section(preset, len(results), results))
     parts.append(claims_section(claims))
     parts.append(lr_section(results))
-    parts.append("\n## Mean and spread over seeds\n\nAt each method's chosen rate. `test_acc_std` is the standard deviation over seeds; `ood_drop_mean` "
-                 "= out-of-domain accuracy before minus after (forgetting).\n\n" + markdown_table(spread_table(results)) + "\n")
+    parts.append(
+        "\n## Mean and spread over seeds\n\nAt each method's chosen rate. `test_acc_std` is the standard deviation "
+        "over seeds; `ood_drop_mean` "
+        "= out-of-domain accuracy before minus after (forgetting).\n\n" + markdown_table(spread_table(results)) + "\n"
+    )
     parts.append(stopping_section(results))
     kinds: dict[tuple[str, str], pd.Series] = {}
     settings = DriftSettings(**{k: tuple(v) if k == "orders" else v for k, v in preset["drift"].items()})
@@ -195,25 +309,45 @@ def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
         if not tables or not work.pretrained.is_file():
             continue
         pre = load_snapshot(work.pretrained)
-        noise = noise_tables_once(pre, work, preset["noise_seeds"], settings)  # computed by the comparison for the main model
+        noise = noise_tables_once(
+            pre, work, preset["noise_seeds"], settings
+        )  # computed by the comparison for the main model
         tag = "" if work == out else f"{work.root.name}_"
         for table_path in tables:
             prior = WorkDir.prior_task_of(table_path)
             table = load_table(table_path)
             by_kind = drift_by_kind(table)
             kinds[(pre.model, prior)] = by_kind["h0_w1_per_row"]
-            save_figure(drift_heatmaps(table, ["h0_w1", "h1_w1", "rel_frobenius"], title=f"{pre.model}: drift after the {prior} prior fine-tune"), figures / f"results_drift_{tag}{prior}")
+            save_figure(
+                drift_heatmaps(
+                    table,
+                    ["h0_w1", "h1_w1", "rel_frobenius"],
+                    title=f"{pre.model}: drift after the {prior} prior fine-tune",
+                ),
+                figures / f"results_drift_{tag}{prior}",
+            )
             ranked = by_kind["h0_w1_per_row"].sort_values(ascending=False)
-            parts.append(f"\n## {pre.model}: drift after the {prior} prior fine-tune\n\n![drift heatmaps](figures/results_drift_{tag}{prior}.png)\n\n"
-                         f"Mean drift per projection kind (ranked by H0 W1 per row, since W1 sums over a diagram's points: {' > '.join(ranked.index)}):\n\n"
-                         + by_kind.to_markdown(floatfmt=".4g") + "\n" + noise_floor_section(pre, work.finetuned(prior), table, noise, preset["metric"]))
+            parts.append(
+                f"\n## {pre.model}: drift after the {prior} prior fine-tune\n\n![drift "
+                f"heatmaps](figures/results_drift_{tag}{prior}.png)\n\n"
+                "Mean drift per projection kind (ranked by H0 W1 per row, since W1 sums over a diagram's points: "
+                f"{' > '.join(ranked.index)}):\n\n"
+                + by_kind.to_markdown(floatfmt=".4g")
+                + "\n"
+                + noise_floor_section(pre, work.finetuned(prior), table, noise, preset["metric"])
+            )
             if work == out:
                 parts.append(normalization_section(table, ModelIdentity.from_snapshot(pre), noise, preset, prior))
     if len({model for model, _ in kinds}) > 1:
         parts.append(model_family_section(kinds))
-    parts.append("\n## All runs\n\nEvery fine-tune, the learning-rate sweeps included (`selected` marks the runs at the chosen rate). `gap` = train - test "
-                 "accuracy; `ood_*` = accuracy on the other task (forgetting); `ppl_*` = perplexity on held-out GSM8K text; `stop_epoch` = where topological "
-                 "early stopping fired; `peak_mem_mib` = resident memory above the start of training, sampled.\n\n"
-                 + markdown_table(results.drop(columns=["run_dir"])) + "\n")
+    parts.append(
+        "\n## All runs\n\nEvery fine-tune, the learning-rate sweeps included (`selected` marks the runs at the "
+        "chosen rate). `gap` = train - test "
+        "accuracy; `ood_*` = accuracy on the other task (forgetting); `ppl_*` = perplexity on held-out GSM8K text; "
+        "`stop_epoch` = where topological "
+        "early stopping fired; `peak_mem_mib` = resident memory above the start of training, sampled.\n\n"
+        + markdown_table(results.drop(columns=["run_dir"]))
+        + "\n"
+    )
     atomic.write_text(target, "".join(parts))
     return target

@@ -14,7 +14,6 @@ import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -84,7 +83,9 @@ class Snapshot:
         rows = []
         for pid, m in self.matrices.items():
             layer, kind = parse_pid(pid)
-            rows.append({"pid": pid, "layer": layer, "kind": kind, "rows": m.shape[0], "cols": m.shape[1], "params": m.size})
+            rows.append(
+                {"pid": pid, "layer": layer, "kind": kind, "rows": m.shape[0], "cols": m.shape[1], "params": m.size}
+            )
         return pd.DataFrame(rows)
 
     def metadata(self) -> dict[str, str]:
@@ -115,7 +116,9 @@ def _ordered(matrices: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return dict(sorted(matrices.items(), key=lambda kv: (parse_pid(kv[0])[0], order[parse_pid(kv[0])[1]])))
 
 
-def extract_snapshot(loaded: LoadedModel | torch.nn.Module, *, name: str | None = None, base_model: str | None = None, note: str = "") -> Snapshot:
+def extract_snapshot(
+    loaded: LoadedModel | torch.nn.Module, *, name: str | None = None, base_model: str | None = None, note: str = ""
+) -> Snapshot:
     """Copy every attention projection of a model into a float32 snapshot."""
     import torch
 
@@ -127,10 +130,13 @@ def extract_snapshot(loaded: LoadedModel | torch.nn.Module, *, name: str | None 
         model, model_name, revision = loaded, type(loaded).__name__, "in-memory"
     model_name = name or model_name
     with torch.no_grad():
-        matrices = {p.pid: p.matrix(model).detach().to(torch.float32).cpu().numpy().copy() for p in enumerate_projections(model)}
+        matrices = {
+            p.pid: p.matrix(model).detach().to(torch.float32).cpu().numpy().copy() for p in enumerate_projections(model)
+        }
     base = base_model or getattr(getattr(model, "config", None), "topotuner_base_model", None) or model_name
-    return Snapshot(matrices, model_name, base, revision, model_type(model), note=note, total_params=count_parameters(model))
-
+    return Snapshot(
+        matrices, model_name, base, revision, model_type(model), note=note, total_params=count_parameters(model)
+    )
 
 
 def save_snapshot(snapshot: Snapshot, path: str | os.PathLike[str]) -> Path:
@@ -139,7 +145,11 @@ def save_snapshot(snapshot: Snapshot, path: str | os.PathLike[str]) -> Path:
 
     path = Path(path)
     with atomic_path(path) as tmp:
-        save_file({pid: np.ascontiguousarray(m, dtype=np.float32) for pid, m in snapshot.matrices.items()}, str(tmp), metadata=snapshot.metadata())
+        save_file(
+            {pid: np.ascontiguousarray(m, dtype=np.float32) for pid, m in snapshot.matrices.items()},
+            str(tmp),
+            metadata=snapshot.metadata(),
+        )
     return path
 
 
@@ -157,7 +167,11 @@ def _memory_mapped(path: Path) -> dict[str, np.ndarray]:
         shape = tuple(entry["shape"])
         if entry["dtype"] != "F32" or stop - start != 4 * int(np.prod(shape)):
             raise ValueError(f"tensor {key!r} is {entry['dtype']} {shape}, not float32 of that shape")
-        out[key] = np.memmap(path, dtype=np.float32, mode="r", offset=8 + size + start, shape=shape) if stop > start else np.zeros(shape, np.float32)
+        out[key] = (
+            np.memmap(path, dtype=np.float32, mode="r", offset=8 + size + start, shape=shape)
+            if stop > start
+            else np.zeros(shape, np.float32)
+        )
     return out
 
 
@@ -172,7 +186,10 @@ def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
 
     path = Path(path)
     if not path.is_file():
-        raise InputFileError(f"snapshot {path} does not exist", "create it with `topotuner-lab extract MODEL -o FILE` (or check the path)")
+        raise InputFileError(
+            f"snapshot {path} does not exist",
+            "create it with `topotuner-lab extract MODEL -o FILE` (or check the path)",
+        )
     try:
         with safe_open(str(path), framework="numpy") as handle:  # validates the header against the file's size
             meta = handle.metadata() or {}
@@ -187,21 +204,40 @@ def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
         raise InputFileError(f"{path} is a safetensors file but not a TopoTuner snapshot (format={fmt!r})", _REEXTRACT)
     missing = [k for k in REQUIRED_METADATA if not meta.get(k)]
     if missing:
-        raise InputFileError(f"snapshot {path} lacks metadata {missing}, so its integrity cannot be checked", _REEXTRACT)
+        raise InputFileError(
+            f"snapshot {path} lacks metadata {missing}, so its integrity cannot be checked", _REEXTRACT
+        )
     if fmt == FORMAT and meta.get("meta_hash") != metadata_hash(meta):
-        raise InputFileError(f"snapshot {path}'s metadata does not match its own hash (edited or damaged header)", _REEXTRACT)
+        raise InputFileError(
+            f"snapshot {path}'s metadata does not match its own hash (edited or damaged header)", _REEXTRACT
+        )
     if fmt in LEGACY_FORMATS:
-        warnings.warn(f"snapshot {path} is of the older format {fmt}: its metadata is not covered by a hash; re-extract it to protect it", stacklevel=2)
+        warnings.warn(
+            f"snapshot {path} is of the older format {fmt}: its metadata is not covered by a hash; re-extract it "
+            "to protect it",
+            stacklevel=2,
+        )
     bad = sorted(k for k, m in matrices.items() if not PID_PATTERN.fullmatch(k) or m.ndim != 2 or m.dtype != np.float32)
     if bad:
-        raise InputFileError(f"snapshot {path} holds tensors {bad[:5]} that are not float32 projection matrices named like 'L0.q'", _REEXTRACT)
+        raise InputFileError(
+            f"snapshot {path} holds tensors {bad[:5]} that are not float32 projection matrices named like 'L0.q'",
+            _REEXTRACT,
+        )
     try:
         total = int(meta["total_params"]) if meta.get("total_params") else None
         recorded = {pid: tuple(shape) for pid, shape in json.loads(meta.get("shapes", "{}")).items()}
     except (ValueError, TypeError, AttributeError) as exc:
         raise InputFileError(f"snapshot {path} has malformed metadata ({exc})", _REEXTRACT) from exc
-    snap = Snapshot(_ordered(matrices), meta["model"], meta["base_model"], meta["revision"], meta["architecture"], meta["created"],
-                    meta.get("note", ""), total)
+    snap = Snapshot(
+        _ordered(matrices),
+        meta["model"],
+        meta["base_model"],
+        meta["revision"],
+        meta["architecture"],
+        meta["created"],
+        meta.get("note", ""),
+        total,
+    )
     if recorded != snap.shapes:
         raise InputFileError(f"snapshot {path}'s tensors do not match the shapes its metadata records", _REEXTRACT)
     if meta["weights_hash"] != snap.weights_hash:
@@ -221,24 +257,41 @@ def check_comparable(before: Snapshot, after: Snapshot, *, allow_other_base: boo
         else:
             detail = f"architectures differ: {before.architecture!r} vs {after.architecture!r}"
         raise SnapshotMismatchError(
-            f"snapshots are of different models: {before.model!r} ({before.architecture}, {len(before.shapes)} matrices) vs "
+            f"snapshots are of different models: {before.model!r} ({before.architecture}, {len(before.shapes)} "
+            "matrices) vs "
             f"{after.model!r} ({after.architecture}, {len(after.shapes)} matrices); {detail}",
             "compare a pretrained snapshot with a snapshot of the same model after fine-tuning",
         )
     if before.base_model != after.base_model and not allow_other_base:
         raise SnapshotMismatchError(
             f"snapshots have the same shapes but different base models: {before.base_model!r} vs {after.base_model!r}",
-            "extract the fine-tuned snapshot with `--base-model` naming the pretrained model, or pass --allow-other-base if this is intended",
+            "extract the fine-tuned snapshot with `--base-model` naming the pretrained model, or pass "
+            "--allow-other-base if this is intended",
         )
 
 
 def perturb_snapshot(snapshot: Snapshot, scale: float = 1e-3, seed: int = 0) -> Snapshot:
     """A copy with Gaussian noise of std ``scale`` x each matrix's std: the drift noise floor."""
     if not (isinstance(scale, (int, float)) and np.isfinite(scale) and scale > 0):
-        raise ParameterError(f"noise scale {scale!r} is not a positive finite number", "use e.g. --scale 1e-3 (a fraction of each matrix's std)")
+        raise ParameterError(
+            f"noise scale {scale!r} is not a positive finite number",
+            "use e.g. --scale 1e-3 (a fraction of each matrix's std)",
+        )
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
         raise ParameterError(f"seed {seed!r} is not a non-negative integer", "use e.g. --seed 0")
     rng = np.random.default_rng(seed)
-    noisy = {pid: (m + rng.standard_normal(m.shape, dtype=np.float32) * np.float32(scale * float(m.std()))).astype(np.float32) for pid, m in snapshot.matrices.items()}
-    return Snapshot(noisy, f"{snapshot.model}+noise({scale:g},seed={seed})", snapshot.base_model, snapshot.revision, snapshot.architecture,
-                    note=f"perturbed: scale={scale:g} seed={seed}", total_params=snapshot.total_params)
+    noisy = {
+        pid: (m + rng.standard_normal(m.shape, dtype=np.float32) * np.float32(scale * float(m.std()))).astype(
+            np.float32
+        )
+        for pid, m in snapshot.matrices.items()
+    }
+    return Snapshot(
+        noisy,
+        f"{snapshot.model}+noise({scale:g},seed={seed})",
+        snapshot.base_model,
+        snapshot.revision,
+        snapshot.architecture,
+        note=f"perturbed: scale={scale:g} seed={seed}",
+        total_params=snapshot.total_params,
+    )

@@ -36,7 +36,9 @@ def _per_example(correct: Sequence[Sequence[float]] | Sequence[float]) -> np.nda
     return arr.mean(axis=0) if arr.ndim == 2 else arr
 
 
-def paired_bootstrap(a: Sequence, b: Sequence, *, n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0) -> Interval:
+def paired_bootstrap(
+    a: Sequence, b: Sequence, *, n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0
+) -> Interval:
     """Accuracy of ``a`` minus accuracy of ``b`` on the same examples, with a paired bootstrap interval.
 
     ``a`` and ``b`` are per-example correctness (0/1), either one run each (n,) or several seeds (seeds, n),
@@ -44,7 +46,9 @@ def paired_bootstrap(a: Sequence, b: Sequence, *, n_boot: int = N_BOOT, level: f
     """
     x, y = _per_example(a), _per_example(b)
     if x.shape != y.shape or x.size == 0:
-        raise ValueError(f"paired bootstrap needs the same non-empty examples on both sides, got {x.shape} and {y.shape}")
+        raise ValueError(
+            f"paired bootstrap needs the same non-empty examples on both sides, got {x.shape} and {y.shape}"
+        )
     diff = x - y
     rng = np.random.default_rng(seed)
     means = diff[rng.integers(0, diff.size, size=(n_boot, diff.size))].mean(axis=1)
@@ -52,20 +56,37 @@ def paired_bootstrap(a: Sequence, b: Sequence, *, n_boot: int = N_BOOT, level: f
     return Interval(float(diff.mean()), float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail)), level)
 
 
-def bootstrap_ratio(a: Sequence[float], b: Sequence[float], *, stat: Callable[[np.ndarray], float] = np.median, n_boot: int = N_BOOT,
-                    level: float = LEVEL, seed: int = 0) -> Interval:
+def bootstrap_ratio(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    stat: Callable[[np.ndarray], float] = np.median,
+    n_boot: int = N_BOOT,
+    level: float = LEVEL,
+    seed: int = 0,
+) -> Interval:
     """stat(a) / stat(b) of two independent samples (e.g. seconds per epoch of two methods), each resampled."""
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.size == 0 or y.size == 0:
         raise ValueError("bootstrap_ratio needs values on both sides")
     rng = np.random.default_rng(seed)
-    ratios = np.array([stat(x[rng.integers(0, x.size, x.size)]) / stat(y[rng.integers(0, y.size, y.size)]) for _ in range(n_boot)])
+    ratios = np.array(
+        [stat(x[rng.integers(0, x.size, x.size)]) / stat(y[rng.integers(0, y.size, y.size)]) for _ in range(n_boot)]
+    )
     tail = (1 - level) / 2
-    return Interval(float(stat(x) / stat(y)), float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail)), level)
+    return Interval(
+        float(stat(x) / stat(y)), float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail)), level
+    )
 
 
-def bootstrap_stat(values: Sequence[float], *, stat: Callable[[np.ndarray], float] = np.median, n_boot: int = N_BOOT,
-                   level: float = LEVEL, seed: int = 0) -> Interval:
+def bootstrap_stat(
+    values: Sequence[float],
+    *,
+    stat: Callable[[np.ndarray], float] = np.median,
+    n_boot: int = N_BOOT,
+    level: float = LEVEL,
+    seed: int = 0,
+) -> Interval:
     """stat(values) with a bootstrap interval (e.g. the median stop epoch over runs)."""
     x = np.asarray(values, dtype=float)
     rng = np.random.default_rng(seed)
@@ -75,7 +96,8 @@ def bootstrap_stat(values: Sequence[float], *, stat: Callable[[np.ndarray], floa
 
 
 def verdict(interval: Interval, threshold: float = 0.0, *, higher_is_better: bool = True) -> str:
-    """``held`` if the interval lies beyond ``threshold`` on the good side, ``did not hold`` if wholly on the bad side, else inconclusive."""
+    """``held`` if the interval lies beyond ``threshold`` on the good side, ``did not hold`` if wholly on the bad
+    side, else ``inconclusive``."""
     low, high = (interval.low, interval.high) if higher_is_better else (-interval.high, -interval.low)
     bound = threshold if higher_is_better else -threshold
     if low > bound:

@@ -50,14 +50,19 @@ class Checkpoint:
 
         folder = Path(source)
         if not folder.is_dir() or not (folder / "config.json").is_file():
-            raise ModelLoadError(f"{folder} is not a checkpoint folder with config.json", "point at a folder written by save_pretrained")
+            raise ModelLoadError(
+                f"{folder} is not a checkpoint folder with config.json", "point at a folder written by save_pretrained"
+            )
         if (folder / INDEX).is_file():
             weight_map = json.loads((folder / INDEX).read_text())["weight_map"]
             shards = sorted(set(weight_map.values()))
         elif (folder / SINGLE).is_file():
             shards = [SINGLE]
         else:
-            raise ModelLoadError(f"{folder} holds no {SINGLE} and no {INDEX}", "save the model with safetensors (save_pretrained's default)")
+            raise ModelLoadError(
+                f"{folder} holds no {SINGLE} and no {INDEX}",
+                "save the model with safetensors (save_pretrained's default)",
+            )
         files, shapes = {}, {}
         for shard in shards:
             try:
@@ -66,7 +71,9 @@ class Checkpoint:
                         files[name] = folder / shard
                         shapes[name] = tuple(handle.get_slice(name).get_shape())
             except Exception as exc:  # noqa: BLE001 - safetensors raises several types for damaged files
-                raise InputFileError(f"checkpoint shard {folder / shard} cannot be read ({exc})", "re-download or re-save the checkpoint") from exc
+                raise InputFileError(
+                    f"checkpoint shard {folder / shard} cannot be read ({exc})", "re-download or re-save the checkpoint"
+                ) from exc
         return cls(folder, files, shapes, json.loads((folder / "config.json").read_text()))
 
     @property
@@ -78,7 +85,7 @@ class Checkpoint:
         return int(sum(np.prod(s) for s in self.shapes.values()))
 
     def read(self, name: str) -> np.ndarray:
-        """One tensor as float32 (bf16/fp16 converted); the shard is opened for this read only, so its pages are released."""
+        """One tensor as float32 (bf16/fp16 converted); the shard is opened for this read only (pages released)."""
         from safetensors import safe_open
 
         with safe_open(str(self.files[name]), framework="pt") as handle:
@@ -111,7 +118,9 @@ def _lora_delta(adapter: Path, proj: Projection, cache: dict[str, Any]) -> np.nd
     return delta.T if cfg.get("fan_in_fan_out") else delta
 
 
-def _matrices(base: Checkpoint, overlay: Checkpoint | None, adapter: Path | None) -> Iterator[tuple[Projection, np.ndarray]]:
+def _matrices(
+    base: Checkpoint, overlay: Checkpoint | None, adapter: Path | None
+) -> Iterator[tuple[Projection, np.ndarray]]:
     cache: dict[str, Any] = {}
     for proj in _attention(base):
         source = overlay if overlay is not None and proj.param_name in overlay.files else base
@@ -136,14 +145,22 @@ def _header(shapes: dict[str, tuple[int, int]], meta: dict[str, str], reserve: i
     return raw + b" " * (width - len(raw))
 
 
-def stream_snapshot(source: str | os.PathLike[str], output: str | os.PathLike[str], *, base: str | os.PathLike[str] | None = None,
-                    name: str | None = None, base_model: str | None = None, note: str = "") -> Path:
+def stream_snapshot(
+    source: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    base: str | os.PathLike[str] | None = None,
+    name: str | None = None,
+    base_model: str | None = None,
+    note: str = "",
+) -> Path:
     """Write the attention matrices of a checkpoint as a snapshot, one tensor in memory at a time.
 
     Parameters
     ----------
     source : a checkpoint folder (``config.json`` + safetensors, sharded or not), or, with ``base``, a folder holding
-        only some tensors (a profile run's checkpoint: ``trainable.safetensors``) or a LoRA adapter (``adapter_config.json``).
+        only some tensors (a profile run's checkpoint: ``trainable.safetensors``) or a LoRA adapter
+        (``adapter_config.json``).
     output : the snapshot file to write (``.safetensors``), atomically.
     base : the pretrained checkpoint folder the tensors missing from ``source`` (or the adapter's base) come from.
     name, base_model : the names recorded in the snapshot (default: the folder names).
@@ -155,15 +172,27 @@ def stream_snapshot(source: str | os.PathLike[str], output: str | os.PathLike[st
         overlay = None if adapter is not None else _overlay(source)
     else:
         if adapter is not None:
-            raise ModelLoadError(f"{source} is a LoRA adapter: its base model is needed", "pass base=<pretrained checkpoint folder> (--base on the CLI)")
+            raise ModelLoadError(
+                f"{source} is a LoRA adapter: its base model is needed",
+                "pass base=<pretrained checkpoint folder> (--base on the CLI)",
+            )
         base_ckpt, overlay = Checkpoint.open(source), None
     projections = _attention(base_ckpt)
-    shapes = {p.pid: tuple(int(x) for x in p.from_weight(np.empty(base_ckpt.shapes[p.param_name], dtype=np.bool_)).shape) for p in projections}
+    shapes = {
+        p.pid: tuple(int(x) for x in p.from_weight(np.empty(base_ckpt.shapes[p.param_name], dtype=np.bool_)).shape)
+        for p in projections
+    }
     model_name = name or (source.name if base is None else f"{Path(base).name}+{source.name}")
     meta = {
-        "format": FORMAT, "model": model_name, "base_model": base_model or (Path(base).name if base is not None else model_name),
-        "revision": "local", "architecture": base_ckpt.model_type, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "note": note or "streamed from safetensors", "total_params": str(base_ckpt.total_params), "weights_hash": _HASH_PLACEHOLDER,
+        "format": FORMAT,
+        "model": model_name,
+        "base_model": base_model or (Path(base).name if base is not None else model_name),
+        "revision": "local",
+        "architecture": base_ckpt.model_type,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "note": note or "streamed from safetensors",
+        "total_params": str(base_ckpt.total_params),
+        "weights_hash": _HASH_PLACEHOLDER,
         "shapes": json.dumps({pid: list(s) for pid, s in shapes.items()}),
     }
     reserve = len(_header(shapes, {**meta, "meta_hash": _HASH_PLACEHOLDER}))
@@ -193,12 +222,18 @@ def _overlay(folder: Path) -> Checkpoint:
             for key in handle.keys():
                 files[key], shapes[key] = path, tuple(handle.get_slice(key).get_shape())
     if not files:
-        raise ModelLoadError(f"{folder} holds no safetensors files", "point at a checkpoint, a profile run's checkpoint or a LoRA adapter folder")
+        raise ModelLoadError(
+            f"{folder} holds no safetensors files",
+            "point at a checkpoint, a profile run's checkpoint or a LoRA adapter folder",
+        )
     return Checkpoint(folder, files, shapes, {})
 
 
 def is_streamable(source: str | os.PathLike[str]) -> bool:
     """True for a local checkpoint folder with safetensors weights (extraction then needs no model)."""
     folder = Path(source)
-    return folder.is_dir() and (folder / "config.json").is_file() and ((folder / INDEX).is_file() or (folder / SINGLE).is_file())
-
+    return (
+        folder.is_dir()
+        and (folder / "config.json").is_file()
+        and ((folder / INDEX).is_file() or (folder / SINGLE).is_file())
+    )

@@ -33,19 +33,37 @@ class TaskSpec:
 
 TASKS: dict[str, TaskSpec] = {
     "sst2": TaskSpec(
-        "sst2", "classification", "Review: {text}\nSentiment:", (" negative", " positive"),
+        "sst2",
+        "classification",
+        "Review: {text}\nSentiment:",
+        (" negative", " positive"),
         (("train", "sst2/train.tsv"), ("validation", "sst2/dev.tsv"), ("test", "sst2/test.tsv")),
-        "sentence", "label", ("nyu-mll/glue", "sst2"), (("train", "train"), ("validation", "validation"), ("test", "validation")),
+        "sentence",
+        "label",
+        ("nyu-mll/glue", "sst2"),
+        (("train", "train"), ("validation", "validation"), ("test", "validation")),
     ),
     "agnews": TaskSpec(
-        "agnews", "classification", "News: {text}\nTopic:", (" World", " Sports", " Business", " Science"),
+        "agnews",
+        "classification",
+        "News: {text}\nTopic:",
+        (" World", " Sports", " Business", " Science"),
         (("train", "agnews/dev.tsv"), ("test", "agnews/test.tsv")),
-        "text", "label", ("fancyzhx/ag_news",), (("train", "train"), ("test", "test")),
+        "text",
+        "label",
+        ("fancyzhx/ag_news",),
+        (("train", "train"), ("test", "test")),
     ),
     "gsm8k": TaskSpec(
-        "gsm8k", "generation", "Question: {text}\nAnswer:", (),
+        "gsm8k",
+        "generation",
+        "Question: {text}\nAnswer:",
+        (),
         (("train", "gsm8k/train.jsonl"), ("test", "gsm8k/test.jsonl")),
-        "question", "answer", ("openai/gsm8k", "main"), (("train", "train"), ("test", "test")),
+        "question",
+        "answer",
+        ("openai/gsm8k", "main"),
+        (("train", "train"), ("test", "test")),
     ),
 }
 _AGNEWS_NAMES = {"World": 0, "Sports": 1, "Business": 2, "Sci/Tech": 3}
@@ -60,7 +78,10 @@ def data_dir() -> Path:
             candidate = folder / "shared" / "data"
             if candidate.is_dir():
                 return candidate
-    raise TaskError("no offline data folder found (looked for shared/data above the project and the current folder)", "set TOPOTUNER_DATA to the folder holding sst2/, agnews/, gsm8k/")
+    raise TaskError(
+        "no offline data folder found (looked for shared/data above the project and the current folder)",
+        "set TOPOTUNER_DATA to the folder holding sst2/, agnews/, gsm8k/",
+    )
 
 
 def get_task(name: str) -> TaskSpec:
@@ -73,11 +94,16 @@ def _read_local(spec: TaskSpec, path: Path) -> Any:
     import datasets
 
     if not path.is_file():
-        raise TaskError(f"data file {path} for task {spec.name!r} does not exist", "check TOPOTUNER_DATA / the shared data folder, or pass source='hub'")
+        raise TaskError(
+            f"data file {path} for task {spec.name!r} does not exist",
+            "check TOPOTUNER_DATA / the shared data folder, or pass source='hub'",
+        )
     if path.suffix == ".jsonl":
         ds = datasets.load_dataset("json", data_files=str(path), split="train")
     elif spec.name == "agnews":  # TSV without header: text, label name
-        ds = datasets.load_dataset("csv", data_files=str(path), delimiter="\t", column_names=["text", "label"], quoting=3, split="train")
+        ds = datasets.load_dataset(
+            "csv", data_files=str(path), delimiter="\t", column_names=["text", "label"], quoting=3, split="train"
+        )
     else:
         ds = datasets.load_dataset("csv", data_files=str(path), delimiter="\t", quoting=3, split="train")
     return ds
@@ -101,8 +127,11 @@ def _label_id(spec: TaskSpec, value: Any) -> int:
     except (TypeError, ValueError):
         label = -1
     if not 0 <= label < len(spec.labels):
-        raise TaskError(f"label {value!r} is not one of task {spec.name!r}'s {len(spec.labels)} labels",
-                        f"give labels 0..{len(spec.labels) - 1}" + (f" or names {list(_AGNEWS_NAMES)}" if spec.name == "agnews" else ""))
+        raise TaskError(
+            f"label {value!r} is not one of task {spec.name!r}'s {len(spec.labels)} labels",
+            f"give labels 0..{len(spec.labels) - 1}"
+            + (f" or names {list(_AGNEWS_NAMES)}" if spec.name == "agnews" else ""),
+        )
     return label
 
 
@@ -113,7 +142,9 @@ def final_number(answer: str) -> str | None:
     return numbers[-1].replace(",", "").rstrip(".") if numbers else None
 
 
-def load_task(name: str, split: str = "train", n: int | None = None, seed: int = 0, source: str | os.PathLike[str] | None = None) -> Any:
+def load_task(
+    name: str, split: str = "train", n: int | None = None, seed: int = 0, source: str | os.PathLike[str] | None = None
+) -> Any:
     """Rows with ``prompt``, ``target`` (text to learn), ``label`` (int, -1 for generation) as a ``datasets.Dataset``.
 
     ``source``: None reads the offline copy; ``"hub"`` loads from the Hugging Face hub; a folder is read like the
@@ -145,9 +176,15 @@ def load_task(name: str, split: str = "train", n: int | None = None, seed: int =
         if spec.kind == "classification":
             label = _label_id(spec, row[spec.label_column])
             return {"prompt": spec.template.format(text=text), "target": spec.labels[label], "label": label}
-        return {"prompt": spec.template.format(text=text), "target": " " + str(row[spec.label_column]).strip(), "label": -1}
+        return {
+            "prompt": spec.template.format(text=text),
+            "target": " " + str(row[spec.label_column]).strip(),
+            "label": -1,
+        }
 
     import datasets
 
-    features = datasets.Features({"prompt": datasets.Value("string"), "target": datasets.Value("string"), "label": datasets.Value("int64")})
+    features = datasets.Features(
+        {"prompt": datasets.Value("string"), "target": datasets.Value("string"), "label": datasets.Value("int64")}
+    )
     return ds.map(frame, remove_columns=ds.column_names, features=features)

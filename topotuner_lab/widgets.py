@@ -15,8 +15,8 @@ import plotly.graph_objects as go
 
 from . import atomic
 from .errors import ProfileError
-from .plots import drift_heatmaps, update_figure_widget
 from .noise import noise_check
+from .plots import drift_heatmaps, update_figure_widget
 from .profiles import NORMALIZATIONS, STRATEGIES, ModelIdentity, ProfileCard, build_profile
 from .projections import parse_pid
 
@@ -49,8 +49,17 @@ class ProfileBuilder(w.VBox):
     trainable-parameter count follow every change; *Save* writes the card, its Markdown view
     and the Spectrum/axolotl YAML."""
 
-    def __init__(self, table: pd.DataFrame, identity: ModelIdentity, prior_task: str, out_dir: str | Path = ".", *, stop_threshold: float | None = None,
-                 seed: int = 0, noise: Sequence[pd.DataFrame] = ()) -> None:
+    def __init__(
+        self,
+        table: pd.DataFrame,
+        identity: ModelIdentity,
+        prior_task: str,
+        out_dir: str | Path = ".",
+        *,
+        stop_threshold: float | None = None,
+        seed: int = 0,
+        noise: Sequence[pd.DataFrame] = (),
+    ) -> None:
         self.table, self.identity, self.prior_task, self.out_dir = table, identity, prior_task, Path(out_dir)
         self.stop_threshold, self.seed, self.noise = stop_threshold, seed, list(noise)
         dims = sorted({int(c[1]) for c in table.columns if c.startswith("h") and c[1].isdigit()})
@@ -60,9 +69,15 @@ class ProfileBuilder(w.VBox):
         self.percent = w.FloatSlider(value=1.0, min=0.1, max=10.0, step=0.1, description="budget %")
         self.count = w.IntSlider(value=4, min=1, max=len(table), description="matrices")
         self.dim = w.Dropdown(options=dims, value=dims[0], description="H dim")
-        self.order = w.Dropdown(options=orders + (["bottleneck"] if any(c.endswith("_bottleneck") for c in table.columns) else []), value=orders[0], description="metric")
+        self.order = w.Dropdown(
+            options=orders + (["bottleneck"] if any(c.endswith("_bottleneck") for c in table.columns) else []),
+            value=orders[0],
+            description="metric",
+        )
         usable = [n for n in NORMALIZATIONS if n != "noise-z" or len(self.noise) >= 2]
-        self.normalization = w.Dropdown(options=usable, value="per-point" if "per-point" in usable else usable[0], description="normalize")
+        self.normalization = w.Dropdown(
+            options=usable, value="per-point" if "per-point" in usable else usable[0], description="normalize"
+        )
         self.status = w.HTML()
         self.plot = go.FigureWidget()
         self.save_button = w.Button(description="Save profile card", button_style="success", icon="save")
@@ -70,8 +85,17 @@ class ProfileBuilder(w.VBox):
         self.card: ProfileCard | None = None
         self.check = None
         self.noise_status = w.HTML()
-        super().__init__([w.HBox([self.strategy, self.mode]), w.HBox([self.percent, self.count]), w.HBox([self.dim, self.order, self.normalization]),
-                          self.noise_status, self.status, self.save_button, self.plot])
+        super().__init__(
+            [
+                w.HBox([self.strategy, self.mode]),
+                w.HBox([self.percent, self.count]),
+                w.HBox([self.dim, self.order, self.normalization]),
+                self.noise_status,
+                self.status,
+                self.save_button,
+                self.plot,
+            ]
+        )
         for control in (self.strategy, self.mode, self.percent, self.count, self.dim, self.order, self.normalization):
             control.observe(lambda _c: self.refresh(), names="value")
         self.refresh()
@@ -86,8 +110,18 @@ class ProfileBuilder(w.VBox):
         self.count.layout.display = None if self.mode.value == "count" else "none"
         budget = {"fraction": self.percent.value / 100} if self.mode.value == "percent" else {"count": self.count.value}
         try:
-            self.card = build_profile(self.table, self.identity, prior_task=self.prior_task, strategy=self.strategy.value, metric=self.metric,
-                                      seed=self.seed, stop_threshold=self.stop_threshold, normalization=self.normalization.value, noise=self.noise, **budget)
+            self.card = build_profile(
+                self.table,
+                self.identity,
+                prior_task=self.prior_task,
+                strategy=self.strategy.value,
+                metric=self.metric,
+                seed=self.seed,
+                stop_threshold=self.stop_threshold,
+                normalization=self.normalization.value,
+                noise=self.noise,
+                **budget,
+            )
         except ProfileError as exc:
             self.card = None
             self.status.value = f"<b style='color:#b00'>{exc.problem}</b> — {exc.fix}"
@@ -95,9 +129,17 @@ class ProfileBuilder(w.VBox):
         c = self.card
         self.check = noise_check(self.table, self.noise, c.metric) if self.noise and c.metric in self.noise[0] else None
         color = "#b00" if self.check is not None and self.check.within_noise else "#555"
-        self.noise_status.value = f"<span style='color:{color}'>{self.check.message}</span>" if self.check is not None else ""
-        self.status.value = f"<b>{len(c.trainable)}</b> trainable projections, <b>{c.trainable_params:,}</b> parameters (<b>{100 * c.trainable_fraction:.2f}%</b>): {', '.join(c.trainable)}"
-        update_figure_widget(self.plot, drift_heatmaps(self.table, [c.metric], title=f"{c.strategy} selection by {c.metric}", selected=c.trainable))
+        self.noise_status.value = (
+            f"<span style='color:{color}'>{self.check.message}</span>" if self.check is not None else ""
+        )
+        self.status.value = (
+            f"<b>{len(c.trainable)}</b> trainable projections, <b>{c.trainable_params:,}</b> parameters "
+            f"(<b>{100 * c.trainable_fraction:.2f}%</b>): {', '.join(c.trainable)}"
+        )
+        update_figure_widget(
+            self.plot,
+            drift_heatmaps(self.table, [c.metric], title=f"{c.strategy} selection by {c.metric}", selected=c.trainable),
+        )
         return c
 
     def save(self, stem: str | None = None) -> list[Path]:

@@ -29,9 +29,11 @@ def pretrained_snapshot(model: str, work_dir: str | Path) -> tuple[LoadedModel, 
 
 
 def finetuned_snapshot(loaded: LoadedModel, work_dir: str | Path, task: str, **config: Any) -> Snapshot:
-    """Fine-tune fully on the prior ``task`` once (resumable; redone when the config changes); the fine-tuned snapshot."""
+    """Fine-tune fully on the prior ``task`` once (resumable; redone when the config changes); its snapshot."""
     run_dir = WorkDir(work_dir).prior_run(task)
-    results = finetune_once(loaded, FinetuneConfig(method="full", task=task, output_dir=str(run_dir), save_snapshot=True, **config))
+    results = finetune_once(
+        loaded, FinetuneConfig(method="full", task=task, output_dir=str(run_dir), save_snapshot=True, **config)
+    )
     return load_snapshot(results["snapshot"])
 
 
@@ -45,13 +47,17 @@ def model_identity(loaded: LoadedModel, snap: Snapshot) -> ModelIdentity:
     return ModelIdentity.from_snapshot(snap)
 
 
-def cached_drift_table(before: Snapshot, after: Snapshot, path: str | Path, settings: DriftSettings | None = None) -> pd.DataFrame:
+def cached_drift_table(
+    before: Snapshot, after: Snapshot, path: str | Path, settings: DriftSettings | None = None
+) -> pd.DataFrame:
     """The drift table at ``path``, computed once (resumable through the drift cache; redone when its inputs change)."""
     return drift_table_once(before, after, Path(path), settings)
 
 
-def noise_floor(pretrained: Snapshot, work_dir: str | Path, settings: DriftSettings | None = None) -> list[pd.DataFrame]:
-    """Drift of the pretrained matrices against perturbed copies of themselves, one table per seed in ``NOISE_SEEDS``."""
+def noise_floor(
+    pretrained: Snapshot, work_dir: str | Path, settings: DriftSettings | None = None
+) -> list[pd.DataFrame]:
+    """Drift of the pretrained matrices against perturbed copies of themselves, a table per seed in ``NOISE_SEEDS``."""
     return noise_tables_once(pretrained, WorkDir(work_dir), NOISE_SEEDS, settings)
 
 
@@ -63,8 +69,16 @@ def check_noise(work_dir: str | Path, prior_task: str, metric: str = "h0_w1") ->
     return noise_check(table, noise, metric, warn=True)
 
 
-def compare_methods(loaded: LoadedModel, card: str | Path, work_dir: str | Path, task: str, methods: tuple[str, ...] = ("full", "lora", "profile"),
-                    *, stop_threshold: float | None = None, **config: Any) -> dict[str, dict[str, Any]]:
+def compare_methods(
+    loaded: LoadedModel,
+    card: str | Path,
+    work_dir: str | Path,
+    task: str,
+    methods: tuple[str, ...] = ("full", "lora", "profile"),
+    *,
+    stop_threshold: float | None = None,
+    **config: Any,
+) -> dict[str, dict[str, Any]]:
     """Run each method on ``task`` (LoRA at the card's budget); finished runs of the same config are reused.
 
     With ``stop_threshold`` the profile run also records topological early stopping (observe mode, test accuracy
@@ -76,7 +90,14 @@ def compare_methods(loaded: LoadedModel, card: str | Path, work_dir: str | Path,
         extra: dict[str, Any] = {"lora_rank": "match"} if method == "lora" else {}
         if method == "profile" and stop_threshold is not None:
             extra.update(stop_threshold=stop_threshold, observe_only=True, eval_each_epoch=True)
-        cfg = FinetuneConfig(method=method, task=task, output_dir=str(work.compare_run(task, method)), profile=str(card), **extra, **config)
+        cfg = FinetuneConfig(
+            method=method,
+            task=task,
+            output_dir=str(work.compare_run(task, method)),
+            profile=str(card),
+            **extra,
+            **config,
+        )
         results[method] = finetune_once(loaded, cfg)
     return results
 
@@ -88,11 +109,22 @@ def compared_run(work_dir: str | Path, task: str, method: str = "profile") -> di
 
 def results_frame(results: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """The comparison as a table: accuracy, gap, forgetting, trainable share, time, memory."""
-    cols = ["test_accuracy", "train_test_gap", "forgetting_ood", "perplexity_change", "trainable_fraction", "epochs_run", "seconds_per_epoch", "peak_memory_mib"]
+    cols = [
+        "test_accuracy",
+        "train_test_gap",
+        "forgetting_ood",
+        "perplexity_change",
+        "trainable_fraction",
+        "epochs_run",
+        "seconds_per_epoch",
+        "peak_memory_mib",
+    ]
     return pd.DataFrame([{"run": name, **{c: res.get(c) for c in cols}} for name, res in results.items()])
 
 
-def cards_to_compare(work_dir: str | Path, card_a: str = "", card_b: str = "") -> tuple[ProfileCard, ProfileCard, tuple[str, str]]:
+def cards_to_compare(
+    work_dir: str | Path, card_a: str = "", card_b: str = ""
+) -> tuple[ProfileCard, ProfileCard, tuple[str, str]]:
     """Two cards and their labels. ``card_a`` defaults to notebook 4's card; ``card_b`` to the magnitude
     control at the same budget, built from the same drift table (topology's pick against magnitude's)."""
     work = WorkDir(work_dir)
@@ -105,4 +137,3 @@ def cards_to_compare(work_dir: str | Path, card_a: str = "", card_b: str = "") -
     label = lambda c: f"{c.model.name} {c.prior_task} {c.strategy}"
     labels = (label(a), label(b))
     return a, b, labels if labels[0] != labels[1] else ("A: " + labels[0], "B: " + labels[1])
-

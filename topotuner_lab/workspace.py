@@ -92,9 +92,15 @@ class WorkDir:
         return self.root / "preset.json"
 
 
-def reuse_or_compute(path: Path, load: Callable[[Path], T], compute: Callable[[], T], *, valid: Callable[[T], bool] = lambda _: True,
-                     log: Callable[[str], None] = lambda _: None) -> T:
-    """``load(path)`` when the file is there, loads cleanly and passes ``valid``; else ``compute()`` (which writes it)."""
+def reuse_or_compute(
+    path: Path,
+    load: Callable[[Path], T],
+    compute: Callable[[], T],
+    *,
+    valid: Callable[[T], bool] = lambda _: True,
+    log: Callable[[str], None] = lambda _: None,
+) -> T:
+    """``load(path)`` when the file is there, loads cleanly and passes ``valid``; else ``compute()`` (writing it)."""
     if path.exists():
         try:
             found = load(path)
@@ -127,7 +133,9 @@ def _same_config(done: dict[str, Any], cfg: FinetuneConfig) -> bool:
     return recorded == {k: v for k, v in asdict(cfg).items() if k not in ignore}
 
 
-def finetune_once(loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+def finetune_once(
+    loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
     """``run_finetune(loaded, cfg)`` unless its folder already holds results of this very config (then those)."""
     from .finetune import load_results, run_finetune
 
@@ -140,10 +148,14 @@ def finetune_once(loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str],
         log(f"run: {out}")
         return run_finetune(loaded, cfg)
 
-    return reuse_or_compute(out / "results.json", load_results, run, valid=lambda done: _same_config(done, cfg), log=log)
+    return reuse_or_compute(
+        out / "results.json", load_results, run, valid=lambda done: _same_config(done, cfg), log=log
+    )
 
 
-def drift_table_once(before: Snapshot, after: Snapshot, path: Path, settings: DriftSettings | None = None, **kwargs: Any) -> pd.DataFrame:
+def drift_table_once(
+    before: Snapshot, after: Snapshot, path: Path, settings: DriftSettings | None = None, **kwargs: Any
+) -> pd.DataFrame:
     """The drift table at ``path``, reused only if it was computed from ``before``'s weights with ``settings``."""
     import json
 
@@ -157,15 +169,23 @@ def drift_table_once(before: Snapshot, after: Snapshot, path: Path, settings: Dr
         return table
 
     def valid(table: pd.DataFrame) -> bool:
-        return table.attrs.get("before_hash") == before.weights_hash and table.attrs.get("after_hash") == after.weights_hash \
+        return (
+            table.attrs.get("before_hash") == before.weights_hash
+            and table.attrs.get("after_hash") == after.weights_hash
             and table.attrs.get("settings") == json.dumps(settings.key())
+        )
 
     return reuse_or_compute(path, load_table, compute, valid=valid)
 
 
-def noise_tables_once(pre: Snapshot, work: WorkDir, seeds: Sequence[int], settings: DriftSettings | None = None) -> list[pd.DataFrame]:
+def noise_tables_once(
+    pre: Snapshot, work: WorkDir, seeds: Sequence[int], settings: DriftSettings | None = None
+) -> list[pd.DataFrame]:
     """Drift of ``pre`` against a perturbed copy of itself per seed (the noise floor), each table computed once."""
     from .noise import NOISE_SCALE
     from .snapshot import perturb_snapshot
 
-    return [drift_table_once(pre, perturb_snapshot(pre, NOISE_SCALE, seed), work.noise_table(seed), settings) for seed in seeds]
+    return [
+        drift_table_once(pre, perturb_snapshot(pre, NOISE_SCALE, seed), work.noise_table(seed), settings)
+        for seed in seeds
+    ]
