@@ -74,10 +74,12 @@ def make_checkpoint(folder: Path, layers: int) -> float:
 
 def extract_in_child(checkpoint: Path, output: Path) -> tuple[float, float]:
     """Stream the snapshot in a fresh process; its wall time and peak resident memory (GB)."""
+    # VmHWM is this process's own peak resident set (ru_maxrss would carry the parent's peak across fork/exec)
     code = (
-        "import resource, sys, time; from topotuner_lab.streaming import stream_snapshot; t = time.perf_counter(); "
-        "stream_snapshot(sys.argv[1], sys.argv[2]); print(time.perf_counter() - t, "
-        "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        "import re, sys, time; from topotuner_lab.streaming import stream_snapshot; t = time.perf_counter(); "
+        "stream_snapshot(sys.argv[1], sys.argv[2]); "
+        "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1); "
+        "print(time.perf_counter() - t, hwm)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, str(checkpoint), str(output)], check=True, capture_output=True, text=True
