@@ -17,6 +17,7 @@ SCRIPTS = (
     "bench_drift_table.py",
     "bench_extrapolation.py",
     "bench_8b_shape.py",
+    "bench_h1_options.py",
     "bench_finetune.py",
 )
 TARGETS = """Targets (issues 7 and 12), as ratios on this 2-core machine: exact H0 within 2x of the float64

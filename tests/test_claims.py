@@ -1,0 +1,97 @@
+"""Claims as data: paired bootstrap intervals, three-way verdicts, and which runs a claim compares."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from topotuner_lab.claims import COMPETITIVE_MARGIN, claim_results, compared_runs, summary_verdict
+from topotuner_lab.stats import HELD, INCONCLUSIVE, NOT_HELD, Interval, bootstrap_ratio, paired_bootstrap, verdict
+
+
+def test_paired_bootstrap_centres_on_the_difference_and_narrows_with_pairing():
+    rng = np.random.default_rng(0)
+    base = rng.random(800) < 0.7
+    better = base | (rng.random(800) < 0.2)  # the same examples right, plus some more
+    interval = paired_bootstrap(better.astype(int), base.astype(int))
+    assert interval.estimate == pytest.approx(better.mean() - base.mean())
+    assert 0 < interval.low < interval.estimate < interval.high
+    seeds = np.stack([better, better]).astype(int)  # several seeds are averaged per example first
+    assert paired_bootstrap(seeds, np.stack([base, base]).astype(int)).estimate == pytest.approx(interval.estimate)
+    with pytest.raises(ValueError):
+        paired_bootstrap([1, 0], [1, 0, 1])
+
+
+def test_verdicts_are_three_way():
+    assert verdict(Interval(0.05, 0.01, 0.09)) == HELD
+    assert verdict(Interval(-0.05, -0.09, -0.01)) == NOT_HELD
+    assert verdict(Interval(0.01, -0.02, 0.04)) == INCONCLUSIVE
+    assert verdict(Interval(-0.01, -0.02, 0.0), -COMPETITIVE_MARGIN) == HELD  # within the non-inferiority margin
+    assert verdict(Interval(0.7, 0.6, 0.75), 0.8, higher_is_better=False) == HELD  # a time ratio below 0.8
+    ratio = bootstrap_ratio([8.0, 8.2, 7.9], [10.0, 10.1, 9.9])
+    assert ratio.estimate == pytest.approx(0.8) and ratio.low <= ratio.estimate <= ratio.high < 0.85
+
+
+def _results(card_correct, full_correct, lora_correct, control_correct, val=(0.8, 0.7)):
+    rows, correct = [], {}
+    for seed in (0, 1):
+        for run, values, val_acc in (
+            ("full", full_correct, 0.9),
+            ("profile:high-drift@0.01", card_correct, val[0]),
+            ("profile:low-drift@0.01", 1 - np.asarray(card_correct), val[1]),
+            ("profile:random@0.01", control_correct, 0.5),
+            ("lora@0.01", lora_correct, 0.6),
+        ):
+            run_dir = f"{run}/seed{seed}"
+            correct[(run_dir, "test_correct")] = list(values)
+            correct[(run_dir, "ood_correct_after")] = list(values)
+            rows.append(
+                {
+                    "prior": "sst2",
+                    "target": "agnews",
+                    "seed": seed,
+                    "run": run,
+                    "lr": 1e-4,
+                    "schedule": "linear",
+                    "selected": True,
+                    "val_acc": val_acc,
+                    "test_acc": float(np.mean(values)),
+                    "sec_per_epoch": 10.0 if run == "full" else 6.0,
+                    "epochs_run": 4,
+                    "stop_epoch": 2 if run.startswith("profile") else None,
+                    "run_dir": run_dir,
+                }
+            )
+    rows.append(
+        {**rows[1], "run": "profile:high-drift@0.01", "selected": False, "val_acc": 0.99, "run_dir": "sweep"}
+    )  # a sweep run
+    return pd.DataFrame(rows), lambda run_dir, key: correct[(run_dir, key)]
+
+
+def test_claims_compare_the_validation_chosen_card_and_judge_each_claim():
+    rng = np.random.default_rng(1)
+    full = (rng.random(600) < 0.8).astype(int)
+    card = full.copy()
+    card[:90] = 0  # 15 points worse than full FT everywhere it was right there
+    lora = (rng.random(600) < 0.3).astype(int)
+    results, correct = _results(card, full, lora, control_correct=(rng.random(600) < 0.5).astype(int))
+    assert "sweep" not in set(compared_runs(results)["run_dir"])  # sweep runs never enter a claim
+    claims = {c.claim: c for c in claim_results(results, correct)}
+    competitive = claims["competitive with full fine-tuning"]
+    assert competitive.measure.startswith("profile:high-drift@0.01")  # the better card on validation, not on test
+    assert competitive.verdict == NOT_HELD and competitive.high < -COMPETITIVE_MARGIN
+    assert claims["beats LoRA at a matched budget"].verdict == HELD
+    assert claims["faster per epoch than full FT"].verdict == HELD  # 6 s vs 10 s per epoch
+    assert claims["early stopping often stops after 2-3 of 6 epochs"].estimate == 2
+    assert summary_verdict(list(claims.values()), "beats LoRA at a matched budget") == HELD
+
+
+def test_a_difference_the_interval_cannot_resolve_is_inconclusive():
+    rng = np.random.default_rng(2)
+    full = (rng.random(60) < 0.7).astype(int)
+    card = full.copy()
+    card[:2] = 1 - card[:2]  # two examples flip: no evidence either way at 60 examples
+    results, correct = _results(card, full, lora_correct=full, control_correct=full)
+    claims = {c.claim: c for c in claim_results(results, correct)}
+    assert claims["beats LoRA at a matched budget"].verdict == INCONCLUSIVE
