@@ -56,7 +56,7 @@ def cards(tmp: Path) -> dict[str, Path]:
         if path.is_file()
     ]
     table = load_table(real[0]) if real else drift_table(pre, perturb_snapshot(pre, 1e-3), cache=DriftCache(None))
-    identity = ModelIdentity.from_snapshot(pre, sum(p.numel() for p in loaded.model.parameters()))
+    identity = ModelIdentity.from_snapshot(pre)  # the parameter count the snapshot records
     out = {}
     for name, strategy, budget in (
         ("profile 1% high-drift", "high-drift", 0.01),

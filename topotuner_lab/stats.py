@@ -31,6 +31,12 @@ class Interval:
         return f"{self.estimate:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
 
 
+def _interval(estimate: float, draws: np.ndarray, level: float) -> Interval:
+    """The percentile bootstrap interval of ``draws`` around ``estimate``."""
+    tail = (1 - level) / 2
+    return Interval(float(estimate), float(np.quantile(draws, tail)), float(np.quantile(draws, 1 - tail)), level)
+
+
 def _per_example(correct: Sequence[Sequence[float]] | Sequence[float]) -> np.ndarray:
     arr = np.asarray(correct, dtype=float)
     return arr.mean(axis=0) if arr.ndim == 2 else arr
@@ -52,8 +58,7 @@ def paired_bootstrap(
     diff = x - y
     rng = np.random.default_rng(seed)
     means = diff[rng.integers(0, diff.size, size=(n_boot, diff.size))].mean(axis=1)
-    tail = (1 - level) / 2
-    return Interval(float(diff.mean()), float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail)), level)
+    return _interval(diff.mean(), means, level)
 
 
 def bootstrap_ratio(
@@ -73,10 +78,7 @@ def bootstrap_ratio(
     ratios = np.array(
         [stat(x[rng.integers(0, x.size, x.size)]) / stat(y[rng.integers(0, y.size, y.size)]) for _ in range(n_boot)]
     )
-    tail = (1 - level) / 2
-    return Interval(
-        float(stat(x) / stat(y)), float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail)), level
-    )
+    return _interval(stat(x) / stat(y), ratios, level)
 
 
 def bootstrap_stat(
@@ -91,8 +93,7 @@ def bootstrap_stat(
     x = np.asarray(values, dtype=float)
     rng = np.random.default_rng(seed)
     draws = np.array([stat(x[rng.integers(0, x.size, x.size)]) for _ in range(n_boot)])
-    tail = (1 - level) / 2
-    return Interval(float(stat(x)), float(np.quantile(draws, tail)), float(np.quantile(draws, 1 - tail)), level)
+    return _interval(stat(x), draws, level)
 
 
 def verdict(interval: Interval, threshold: float = 0.0, *, higher_is_better: bool = True) -> str:
