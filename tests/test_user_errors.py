@@ -38,6 +38,24 @@ def run_cli(capsys, *argv: str) -> tuple[int, str]:
     return code, err
 
 
+def run_profile(capsys, table, pretrained, output, *extra: str) -> tuple[int, str]:
+    """``topotuner-lab profile TABLE --pretrained P --prior-task sst2 --count 2 -o OUTPUT [EXTRA...]``."""
+    return run_cli(
+        capsys,
+        "profile",
+        table,
+        "--pretrained",
+        pretrained,
+        "--prior-task",
+        "sst2",
+        "--count",
+        "2",
+        "-o",
+        output,
+        *extra,
+    )
+
+
 @pytest.fixture
 def files(tmp_path, tiny_snapshot):
     """A pretrained snapshot, a fine-tuned copy, and their drift table."""
@@ -240,21 +258,7 @@ def test_outputs_that_are_inputs_are_refused(files, tmp_path, capsys):
 def test_card_markdown_view_never_replaces_a_json_card(files, tmp_path, capsys):
     pre, _, table = files
     yaml = tmp_path / "card.md.yaml"
-    code, _ = run_cli(
-        capsys,
-        "profile",
-        table,
-        "--pretrained",
-        pre,
-        "--prior-task",
-        "sst2",
-        "--count",
-        "2",
-        "-o",
-        tmp_path / "card.json",
-        "--spectrum",
-        yaml,
-    )
+    code, _ = run_profile(capsys, table, pre, tmp_path / "card.json", "--spectrum", yaml)
     assert (
         code == 0
         and json.loads((tmp_path / "card.json").read_text())["schema_version"] == 1
@@ -289,37 +293,9 @@ def test_profile_counts_the_snapshots_own_model(files, tmp_path, capsys, tiny_ll
         and abs(card["trainable_fraction"] - card["trainable_params"] / total) < 1e-12
     )
     for bad in ("0", "1", "-5"):
-        code, err = run_cli(
-            capsys,
-            "profile",
-            table,
-            "--pretrained",
-            pre,
-            "--prior-task",
-            "sst2",
-            "--count",
-            "2",
-            "-o",
-            tmp_path / "d.json",
-            "--total-params",
-            bad,
-        )
+        code, err = run_profile(capsys, table, pre, tmp_path / "d.json", "--total-params", bad)
         assert code == 2 and "below the" in err
-    code, err = run_cli(
-        capsys,
-        "profile",
-        table,
-        "--pretrained",
-        pre,
-        "--prior-task",
-        "sst2",
-        "--count",
-        "2",
-        "-o",
-        tmp_path / "d.json",
-        "--model",
-        "tiny-qwen2",
-    )
+    code, err = run_profile(capsys, table, pre, tmp_path / "d.json", "--model", "tiny-qwen2")
     assert code == 2 and "is not the model of the pretrained snapshot" in err
 
 
@@ -329,38 +305,14 @@ def test_profile_refuses_another_models_drift_table(files, tmp_path, capsys):
     save_table(
         drift_table(other, perturb_snapshot(other, 0.05), n_jobs=1, cache=DriftCache(None)), tmp_path / "other.parquet"
     )
-    code, err = run_cli(
-        capsys,
-        "profile",
-        tmp_path / "other.parquet",
-        "--pretrained",
-        pre,
-        "--prior-task",
-        "sst2",
-        "--count",
-        "2",
-        "-o",
-        tmp_path / "c.json",
-    )
+    code, err = run_profile(capsys, tmp_path / "other.parquet", pre, tmp_path / "c.json")
     assert code == 2 and "drift table was computed from weights" in err
     small = build_tiny_model("tiny-llama", intermediate_size=64, hidden_size=32)
     snap = extract_snapshot(small)
     save_table(
         drift_table(snap, perturb_snapshot(snap, 0.05), n_jobs=1, cache=DriftCache(None)), tmp_path / "small.parquet"
     )
-    code, err = run_cli(
-        capsys,
-        "profile",
-        tmp_path / "small.parquet",
-        "--pretrained",
-        pre,
-        "--prior-task",
-        "sst2",
-        "--count",
-        "2",
-        "-o",
-        tmp_path / "c.json",
-    )
+    code, err = run_profile(capsys, tmp_path / "small.parquet", pre, tmp_path / "c.json")
     assert code == 2 and "shapes differ" in err
 
 
@@ -386,19 +338,7 @@ def test_bad_tables_are_clear_errors(files, tmp_path, capsys):
         "pre.safetensors": "not a drift table",
     }
     for name, message in expected.items():
-        code, err = run_cli(
-            capsys,
-            "profile",
-            tmp_path / name,
-            "--pretrained",
-            pre,
-            "--prior-task",
-            "sst2",
-            "--count",
-            "2",
-            "-o",
-            tmp_path / "c.json",
-        )
+        code, err = run_profile(capsys, tmp_path / name, pre, tmp_path / "c.json")
         assert code == 2 and message in err, (name, err)
     code, err = run_cli(
         capsys,
