@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -34,6 +35,8 @@ def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
         and "## Early stopping apart from the schedule" in report
     )
     assert all(f"| {norm}" in report for norm in ("raw", "per-point (used)", "relative", "noise-z"))
+    card = json.loads((out / "cards" / "sst2-high-drift-0.05.json").read_text())
+    assert card["transferred_to"] == ["agnews"] and card["normalization"] == "per-point"
     assert (out / "figures" / "results_drift_sst2.html").is_file()
     # the second model gets its own prior fine-tune and drift table, compared by projection kind
     assert (out / "models" / "tiny-qwen2" / "drift-sst2.parquet").is_file() and (

@@ -31,7 +31,7 @@ from .errors import ParameterError
 from .finetune import FinetuneConfig
 from .models import PACKAGED_MODELS, LoadedModel, embedded_gguf_path, load_model
 from .noise import noise_check
-from .profiles import ModelIdentity, build_profile
+from .profiles import ModelIdentity, ProfileCard, build_profile
 from .report import markdown_table
 from .snapshot import Snapshot, load_snapshot
 from .workspace import WorkDir, drift_table_once, finetune_once, noise_tables_once, pretrained_snapshot
@@ -312,7 +312,18 @@ def run_comparison(preset: Preset, out_dir: str | Path, log: Callable[[str], Non
     results = pd.DataFrame(rows)
     save_table(results, work.results)
     atomic.write_text(work.root / "results.md", markdown_table(results) + "\n")
+    _record_transfers(cards, results)
     return results
+
+
+def _record_transfers(cards: dict[str, dict[str, Path]], results: pd.DataFrame) -> None:
+    """The comparison's own cards (its outputs, never a user's input) list the tasks they were transferred to."""
+    for prior, by_name in cards.items():
+        targets = sorted(set(results.loc[results["prior"] == prior, "target"]))
+        for path in by_name.values():
+            card = ProfileCard.load(path)
+            card.transferred_to = targets
+            card.save(path)
 
 
 def _prior_drift_all(preset: Preset, loaded: LoadedModel, work: WorkDir, log: Callable[[str], None]) -> None:

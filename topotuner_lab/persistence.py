@@ -191,7 +191,10 @@ def h1_diagram(dist: np.ndarray, n_threads: int = 1) -> np.ndarray:
     """Finite H1 pairs of the Rips filtration of a precomputed distance matrix (giotto-ph)."""
     from gph import ripser_parallel
 
-    out = ripser_parallel(dist, maxdim=1, metric="precomputed", n_threads=n_threads)
+    # Beyond the enclosing radius (the smallest row maximum) the Rips complex is a cone: nothing more happens, so
+    # stopping there is exact; 6-13% faster than giotto-ph's default on 1024-2048-row matrices (bench_h1_options.py).
+    enclosing = float(dist.max(axis=1).min()) if dist.size else 0.0
+    out = ripser_parallel(dist, maxdim=1, metric="precomputed", n_threads=n_threads, thresh=enclosing)
     dgm = np.asarray(out["dgms"][1], dtype=np.float64).reshape(-1, 2)
     return dgm[np.isfinite(dgm[:, 1])]
 

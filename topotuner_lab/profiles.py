@@ -214,7 +214,7 @@ class ProfileCard:
             f"({100 * self.trainable_fraction:.2f}% of the model)\n"
             f"- **Trainable ids**: {', '.join(self.trainable)}\n"
             f"- **Stopping threshold**: {self.stop_threshold}\n- **Transferred to**: "
-            f"{', '.join(self.transferred_to) or 'none yet'}\n"
+            f"{', '.join(self.transferred_to) or 'not in the card (each run records its card in results.json)'}\n"
             f"- **Seed**: {self.seed}; **created**: {self.created}; schema v{self.schema_version}\n\n"
             f"## Ranking (top 20)\n\n| rank | projection | score | state |\n|---|---|---|---|\n{top}\n"
         )
