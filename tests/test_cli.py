@@ -20,3 +20,24 @@ def test_cli_errors_are_one_clear_message(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert "does not exist" in err and "How to fix" in err and "Traceback" not in err
+
+
+def test_every_option_has_help_and_finetune_options_are_the_config_fields():
+    import argparse
+    import dataclasses
+
+    from topotuner_lab.cli import build_parser
+    from topotuner_lab.distances import SOLVERS
+    from topotuner_lab.finetune import FinetuneConfig
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in subparsers.choices.items():
+        for action in sub._actions:
+            if not isinstance(action, argparse._HelpAction):
+                assert action.help, f"{name} {action.option_strings or action.dest} has no help"
+    finetune = {a.dest: a for a in subparsers.choices["finetune"]._actions}
+    for field in dataclasses.fields(FinetuneConfig):
+        assert field.name in finetune and finetune[field.name].default == field.default, field.name
+    drift = {a.dest: a for a in subparsers.choices["drift"]._actions}
+    assert tuple(drift["solver"].choices) == SOLVERS
