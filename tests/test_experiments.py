@@ -47,6 +47,15 @@ def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
     assert main(["reproduce", "--preset", "tiny", "-o", str(out)]) == 0
     assert capsys.readouterr().out.count("skip (done)") == 26 + 2  # every run and both prior fine-tunes
     pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), results)
+    # a folder from the earlier protocol is refused with a clear message, not a KeyError
+    from topotuner_lab.errors import InputFileError
+
+    old = tmp_path / "old"
+    old.mkdir()
+    results.drop(columns=["selected"]).to_csv(old / "results.csv", index=False)
+    (old / "preset.json").write_text("{}")
+    with pytest.raises(InputFileError, match="earlier protocol"):
+        write_report(old, old / "R.md", "test")
     # a report of an interrupted comparison says how much is missing
     results.iloc[:4].to_csv(out / "results.csv", index=False)
     assert "**Partial run**: 4 of the 26 planned" in write_report(out, out / "PARTIAL.md", "test").read_text()

@@ -23,6 +23,7 @@ from .claims import (
     summary_verdict,
 )
 from .drift import DriftSettings, load_table
+from .errors import InputFileError
 from .noise import NOISE_SCALE, noise_check
 from .plots import drift_heatmaps, save_figure
 from .profiles import NORMALIZATIONS, ModelIdentity, build_profile
@@ -283,8 +284,17 @@ def normalization_section(
 def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
     """Write the Markdown report for the comparison under ``out_dir`` to ``target`` (figures beside it)."""
     out, target = WorkDir(out_dir), Path(target)
+    if not out.results.is_file() or not out.preset.is_file():
+        raise InputFileError(
+            f"{out.root} holds no comparison (results.csv and preset.json)", "run `topotuner-lab reproduce` first"
+        )
     results = pd.read_csv(out.results)
     preset = json.loads(out.preset.read_text())
+    if "selected" not in results.columns or "lr_grid" not in preset:
+        raise InputFileError(
+            f"{out.root} holds a comparison of the earlier protocol (no learning-rate selection)",
+            "run `topotuner-lab reproduce` into a new folder (-o) to use the tuned protocol",
+        )
     figures = target.parent / "figures"
     claims = claim_results(results, correct_from(out.root))
     parts = [
