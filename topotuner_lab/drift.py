@@ -221,19 +221,6 @@ def _with_id(pid: str, values: dict[str, Any]) -> dict[str, Any]:
     return {"pid": pid, "layer": layer, "kind": kind, **values}
 
 
-def drift_row(
-    pid: str,
-    before: np.ndarray,
-    after: np.ndarray,
-    settings: DriftSettings,
-    cache: DriftCache,
-    hashes: tuple[str, str] | None = None,
-    n_threads: int = 1,
-) -> dict[str, Any]:
-    """One table row: the projection id, its layer and kind, and :func:`pair_values` of the pair."""
-    return _with_id(pid, pair_values(before, after, settings, cache, hashes, n_threads))
-
-
 def _pid_values(pid: str, *args: Any) -> tuple[str, dict[str, Any]]:
     return pid, pair_values(*args)
 

@@ -46,8 +46,6 @@ class Checkpoint:
 
     @classmethod
     def open(cls, source: str | os.PathLike[str]) -> Checkpoint:
-        from safetensors import safe_open
-
         folder = Path(source)
         if not folder.is_dir() or not (folder / "config.json").is_file():
             raise ModelLoadError(
@@ -63,17 +61,7 @@ class Checkpoint:
                 f"{folder} holds no {SINGLE} and no {INDEX}",
                 "save the model with safetensors (save_pretrained's default)",
             )
-        files, shapes = {}, {}
-        for shard in shards:
-            try:
-                with safe_open(str(folder / shard), framework="pt") as handle:
-                    for name in handle.keys():
-                        files[name] = folder / shard
-                        shapes[name] = tuple(handle.get_slice(name).get_shape())
-            except Exception as exc:  # noqa: BLE001 - safetensors raises several types for damaged files
-                raise InputFileError(
-                    f"checkpoint shard {folder / shard} cannot be read ({exc})", "re-download or re-save the checkpoint"
-                ) from exc
+        files, shapes = _scan([folder / shard for shard in shards])
         return cls(folder, files, shapes, json.loads((folder / "config.json").read_text()))
 
     @property
@@ -212,15 +200,26 @@ def stream_snapshot(
     return Path(output)
 
 
-def _overlay(folder: Path) -> Checkpoint:
-    """A folder of some tensors (a profile checkpoint's ``trainable.safetensors``, or any safetensors files)."""
+def _scan(paths: list[Path]) -> tuple[dict[str, Path], dict[str, tuple[int, ...]]]:
+    """Which file holds each tensor, and its shape, from the safetensors headers alone."""
     from safetensors import safe_open
 
     files, shapes = {}, {}
-    for path in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as handle:
-            for key in handle.keys():
-                files[key], shapes[key] = path, tuple(handle.get_slice(key).get_shape())
+    for path in paths:
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                for name in handle.keys():
+                    files[name], shapes[name] = path, tuple(handle.get_slice(name).get_shape())
+        except Exception as exc:  # noqa: BLE001 - safetensors raises several types for damaged files
+            raise InputFileError(
+                f"safetensors file {path} cannot be read ({exc})", "re-download or re-save the checkpoint"
+            ) from exc
+    return files, shapes
+
+
+def _overlay(folder: Path) -> Checkpoint:
+    """A folder of some tensors (a profile checkpoint's ``trainable.safetensors``, or any safetensors files)."""
+    files, shapes = _scan(sorted(folder.glob("*.safetensors")))
     if not files:
         raise ModelLoadError(
             f"{folder} holds no safetensors files",

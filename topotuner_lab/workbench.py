@@ -13,7 +13,7 @@ from .drift import DriftSettings, load_table
 from .finetune import FinetuneConfig, load_results
 from .models import LoadedModel, load_model
 from .noise import NoiseCheck, noise_check
-from .profiles import ModelIdentity, ProfileCard, build_profile
+from .profiles import ProfileCard, build_profile
 from .snapshot import Snapshot, load_snapshot
 from .workspace import WorkDir, drift_table_once, finetune_once, noise_tables_once
 from .workspace import pretrained_snapshot as _pretrained_snapshot
@@ -41,10 +41,6 @@ def load_pair(work_dir: str | Path, prior_task: str) -> tuple[Snapshot, Snapshot
     """The pretrained and prior-fine-tuned snapshots written by the first notebook."""
     work = WorkDir(work_dir)
     return load_snapshot(work.pretrained), load_snapshot(work.finetuned(prior_task))
-
-
-def model_identity(loaded: LoadedModel, snap: Snapshot) -> ModelIdentity:
-    return ModelIdentity.from_snapshot(snap)
 
 
 def cached_drift_table(
