@@ -269,23 +269,7 @@ def test_card_markdown_view_never_replaces_a_json_card(files, tmp_path, capsys):
 # 5. + 6. the model behind a card -----------------------------------------------------------------------------
 def test_profile_counts_the_snapshots_own_model(files, tmp_path, capsys, tiny_llama):
     pre, _, table = files
-    assert (
-        main(
-            [
-                "profile",
-                str(table),
-                "--pretrained",
-                str(pre),
-                "--prior-task",
-                "sst2",
-                "--count",
-                "2",
-                "-o",
-                str(tmp_path / "c.json"),
-            ]
-        )
-        == 0
-    )
+    assert run_profile(capsys, table, pre, tmp_path / "c.json")[0] == 0
     card = json.loads((tmp_path / "c.json").read_text())
     total = sum(p.numel() for p in tiny_llama.model.parameters())
     assert (
@@ -373,23 +357,7 @@ def _card_variants(card: dict) -> dict[str, object]:
 
 def test_bad_cards_are_clear_errors_before_any_training(files, tmp_path, capsys):
     pre, _, table = files
-    assert (
-        main(
-            [
-                "profile",
-                str(table),
-                "--pretrained",
-                str(pre),
-                "--prior-task",
-                "sst2",
-                "--count",
-                "2",
-                "-o",
-                str(tmp_path / "good.json"),
-            ]
-        )
-        == 0
-    )
+    assert run_profile(capsys, table, pre, tmp_path / "good.json")[0] == 0
     card = json.loads((tmp_path / "good.json").read_text())
     for name, data in _card_variants(card).items():
         path = tmp_path / "bad.json"
