@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import numpy as np
 import persim
 import pytest
@@ -42,6 +45,34 @@ def test_pot_and_hera_agree_on_h1(rng):
         exact = wasserstein(a, b, p, solver="pot")
         assert exact == pytest.approx(pot_wasserstein(a, b, order=p, internal_p=2))
         assert wasserstein(a, b, p, solver="hera", delta=1e-4) == pytest.approx(exact, rel=1e-3)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_assignment_equals_pot_on_h1(rng, p):
+    empty = np.empty((0, 2))
+    for a, b in [
+        (_h1(rng, 80), _h1(rng, 60)),
+        (_h1(rng, 40), empty),
+        (empty, _h1(rng, 30)),
+        (_h1(rng, 5), _h1(rng, 5)),
+    ]:
+        expected = pot_wasserstein(a, b, order=p, internal_p=2)
+        assert wasserstein(a, b, p, solver="assignment") == pytest.approx(expected, rel=1e-10, abs=1e-14)
+
+
+def test_auto_solves_small_h1_diagrams_without_importing_pot():
+    # POT's import pulls scikit-learn, pandas and torch into every drift worker: seconds each, for diagrams of ~200
+    # points that a linear assignment solves exactly in milliseconds
+    code = (
+        "import sys, numpy as np\n"
+        "from topotuner_lab.distances import wasserstein\n"
+        "a = np.array([[0.1, 0.5], [0.2, 0.9]]); b = np.array([[0.1, 0.6]])\n"
+        "print(wasserstein(a, b, 1.0), 'ot' in sys.modules, 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    a, b = np.array([[0.1, 0.5], [0.2, 0.9]]), np.array([[0.1, 0.6]])
+    assert float(out[0]) == pytest.approx(pot_wasserstein(a, b, order=1, internal_p=2))
+    assert out[1:] == ["False", "False"]
 
 
 def test_bottleneck_equals_persim(rng):

@@ -65,6 +65,18 @@ def test_table_columns_and_positive_drift(tiny_snapshot, cache):
     assert table.loc[table.pid == "L0.k", "rows"].item() == 32
 
 
+def test_topology_only_table_skips_the_magnitude_baselines(tiny_snapshot, cache, monkeypatch):
+    monkeypatch.setattr(drift_mod, "magnitude_metrics", lambda *a: pytest.fail("magnitude metrics computed"))
+    noisy = perturb_snapshot(tiny_snapshot, 0.05)
+    settings = DriftSettings(magnitude=False)
+    table = drift_table(tiny_snapshot, noisy, settings, n_jobs=1, cache=cache)
+    assert not set(drift_mod.MAGNITUDE_COLUMNS) & set(table.columns)
+    monkeypatch.undo()
+    full = drift_table(tiny_snapshot, noisy, n_jobs=1, cache=cache)  # its own cache entries, with the baselines
+    assert set(drift_mod.MAGNITUDE_COLUMNS) <= set(full.columns)
+    pd.testing.assert_frame_equal(table, full[table.columns])
+
+
 def test_more_noise_more_drift(tiny_snapshot, cache):
     small = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.01), n_jobs=1, cache=cache)
     large = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.2), n_jobs=1, cache=cache)

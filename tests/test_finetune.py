@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 
 from topotuner_lab.drift import DriftCache, drift_table
@@ -175,3 +176,23 @@ def test_profile_checkpoints_hold_only_the_trainable_tensors_and_resume(tiny_lla
     pre, after = extract_snapshot(tiny_llama), load_snapshot(more["snapshot"])
     changed = {pid for pid in pre.matrices if not (pre.matrices[pid] == after.matrices[pid]).all()}
     assert changed == set(json.loads(card_path.read_text())["trainable"])
+
+
+def test_pretrained_scores_are_computed_once_per_model_and_rows(tiny_llama, monkeypatch):
+    import topotuner_lab.finetune as ft
+
+    calls = []
+
+    def score_ood(model, rows):
+        calls.append(len(rows))
+        return np.ones(len(rows), dtype=bool)
+
+    monkeypatch.setattr(ft, "perplexity", lambda *a, **k: 42.0)
+    cfg = FinetuneConfig(n_ood=3)
+    data = ft.load_run_data(cfg)
+    first = ft._pretrained_scores(tiny_llama, cfg, data, score_ood)
+    again = ft._pretrained_scores(tiny_llama, FinetuneConfig(n_ood=3, seed=5, learning_rate=0.5), data, score_ood)
+    assert first == again == {"ood_accuracy": 1.0, "perplexity": 42.0} and calls == [3]
+    other_rows = FinetuneConfig(n_ood=2)
+    ft._pretrained_scores(tiny_llama, other_rows, ft.load_run_data(other_rows), score_ood)
+    assert calls == [3, 2]

@@ -52,6 +52,9 @@ def test_controls_magnitude_and_random(setup):
     r2 = build_profile(table, identity, prior_task="sst2", strategy="random", count=4, seed=1)
     r3 = build_profile(table, identity, prior_task="sst2", strategy="random", count=4, seed=2)
     assert r1.trainable == r2.trainable and r1.ranking != r3.ranking
+    topology_only = table.drop(columns=["rel_frobenius", "rel_spectral", "row_cosine_change"])
+    with pytest.raises(ProfileError, match="(?s)no measure column 'rel_frobenius'.*without --no-magnitude"):
+        build_profile(topology_only, identity, prior_task="sst2", strategy="magnitude", count=2)
 
 
 @pytest.mark.parametrize(

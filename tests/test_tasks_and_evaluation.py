@@ -3,6 +3,7 @@ import torch
 
 from topotuner_lab.errors import TaskError
 from topotuner_lab.evaluation import classification_accuracy, continuation_logprobs, perplexity
+from topotuner_lab.models import build_tiny_model
 from topotuner_lab.tasks import final_number, load_task
 
 
@@ -46,10 +47,14 @@ def test_task_errors(tmp_path):
 
 
 @torch.no_grad()
-def test_single_token_fast_path_equals_full_scoring(tiny_llama):
-    model, tok = tiny_llama.model, tiny_llama.tokenizer
-    prompts = ["Review: fine\nSentiment:", "Review: a much longer review text here\nSentiment:"]
-    fast = continuation_logprobs(model, tok, prompts, ["a", "b"])  # one byte token each
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gpt2"])
+def test_single_token_fast_path_equals_full_scoring(name):
+    # prompts of many lengths over several batches: length-sorted batching and the last-token-only LM head must give
+    # every row what its own unpadded forward gives
+    loaded = build_tiny_model(name, seed=0)
+    model, tok = loaded.model, loaded.tokenizer
+    prompts = [f"Review: {'word ' * k}\nSentiment:" for k in (3, 0, 9, 1, 14, 2, 7, 5, 11)]
+    fast = continuation_logprobs(model, tok, prompts, ["a", "b"], batch_size=4)  # one byte token each
     for i, p in enumerate(prompts):
         for j, c in enumerate(["a", "b"]):
             ids = tok(p + c).input_ids

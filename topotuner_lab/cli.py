@@ -74,6 +74,7 @@ def _cmd_drift(args: argparse.Namespace) -> None:
         solver=args.solver,
         n_perm=args.n_perm,
         seed=args.seed,
+        magnitude=not args.no_magnitude,
     )
     jobs = check_jobs(args.jobs)
     cache = DriftCache(None) if args.no_cache else DriftCache(args.cache) if args.cache else DriftCache()
@@ -177,7 +178,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
 
     preset = get_preset(args.preset)
     check_output_dir(args.output, "output folder")
-    report = args.report or ("docs/RESULTS.md" if args.preset == "cpu-small" else f"{args.output}/RESULTS.md")
+    report = args.report or ("docs/RESULTS.md" if args.preset.startswith("cpu-") else f"{args.output}/RESULTS.md")
     check_writable(report, "report", suffixes=(".md",))
     results = run_comparison(preset, args.output)
     write_report(args.output, report, f"topotuner-lab reproduce --preset {args.preset}")
@@ -307,6 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument(
         "-j", "--jobs", type=int, default=2, help="worker processes, capped at the core count (default: %(default)s)"
     )
+    dr.add_argument(
+        "--no-magnitude",
+        action="store_true",
+        help="topology only: skip the magnitude baselines (the magnitude control card needs them)",
+    )
     dr.add_argument("--cache", default=None, help="cache folder (default: ~/.cache/topotuner_lab/drift)")
     dr.add_argument("--no-cache", action="store_true", help="compute everything, store nothing")
     dr.add_argument("--allow-other-base", action="store_true", help="allow snapshots whose base models differ")
@@ -367,7 +373,11 @@ def build_parser() -> argparse.ArgumentParser:
     ft.set_defaults(func=_cmd_finetune)
 
     rp = sub.add_parser("reproduce", help="the paper's comparison at a preset size (resumable)")
-    rp.add_argument("--preset", default="compare", help="tiny, compare or cpu-small (default: %(default)s)")
+    rp.add_argument(
+        "--preset",
+        default="compare",
+        help="tiny, compare, cpu-small (~1.5 h here) or cpu-both (~7 h) (default: %(default)s)",
+    )
     rp.add_argument("-o", "--output", default=None, help="output folder (default: runs/reproduce-PRESET)")
     rp.add_argument("--report", default=None, help="where to write the Markdown report (cpu-small: docs/RESULTS.md)")
     rp.set_defaults(func=_cmd_reproduce)

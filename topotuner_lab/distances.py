@@ -18,8 +18,13 @@ import numpy as np
 
 from .errors import ParameterError
 
-Solver = Literal["auto", "pot", "hera", "h0"]
-SOLVERS: tuple[str, ...] = ("auto", "pot", "hera", "h0")
+Solver = Literal["auto", "assignment", "pot", "hera", "h0"]
+SOLVERS: tuple[str, ...] = ("auto", "assignment", "pot", "hera", "h0")
+#: ``auto`` solves H1 diagrams of at most this many points as an exact assignment problem (SciPy), with no POT
+#: import: POT loads scikit-learn, pandas and torch, seconds per worker process, while the real SmolLM2-135M H1
+#: diagrams have at most ~200 points. Measured here (benchmarks/bench_wasserstein.py): the assignment is as fast as
+#: POT near 200 points and slower from ~500 (its (n + m)^2 matrix against POT's (n + 1)(m + 1)).
+ASSIGNMENT_UP_TO = 300
 #: ``auto`` uses hera (relative error ``delta``) above this many points per H1 diagram, exact POT at or below it.
 #: Measured here (benchmarks/bench_wasserstein.py): POT and hera even at ~1,300 points (1.06 s vs 0.95 s), hera 3.4x
 #: faster at ~2,100 (6.9 s vs 2.0 s, observed error 1e-4); POT's dense (n + m)^2 cost matrix does not fit in memory for
@@ -62,6 +67,21 @@ def h0_wasserstein(deaths_a: np.ndarray, deaths_b: np.ndarray, p: float = 1.0) -
     return float(row[-1] ** (1.0 / p))
 
 
+def assignment_wasserstein(a: np.ndarray, b: np.ndarray, p: float = 1.0) -> float:
+    """Exact p-Wasserstein distance as a linear assignment on the (n + m) x (m + n) matrix of the diagram matching:
+    point to point (Euclidean), point to its diagonal projection, and diagonal to diagonal at no cost."""
+    from scipy.optimize import linear_sum_assignment
+
+    n, m = len(a), len(b)
+    cost = np.full((n + m, m + n), np.inf)
+    cost[:n, :m] = np.hypot(a[:, None, 0] - b[None, :, 0], a[:, None, 1] - b[None, :, 1]) ** p
+    cost[np.arange(n), m + np.arange(n)] = (np.abs(a[:, 1] - a[:, 0]) / _SQRT2) ** p
+    cost[n + np.arange(m), np.arange(m)] = (np.abs(b[:, 1] - b[:, 0]) / _SQRT2) ** p
+    cost[n:, m:] = 0.0
+    rows, cols = linear_sum_assignment(cost)
+    return float(cost[rows, cols].sum() ** (1.0 / p))
+
+
 def wasserstein(
     dgm_a: np.ndarray, dgm_b: np.ndarray, p: float = 1.0, solver: Solver = "auto", delta: float = 0.01
 ) -> float:
@@ -71,9 +91,10 @@ def wasserstein(
     ----------
     dgm_a, dgm_b : (m, 2) arrays of (birth, death) pairs; rows with an infinite coordinate are ignored.
     p : Wasserstein order, >= 1.
-    solver : ``"auto"``: the exact H0 route when both diagrams are H0, exact POT up to ``HERA_ABOVE`` points, hera
-        beyond; ``"pot"``: exact optimal transport (gudhi.wasserstein); ``"hera"``: gudhi's hera with relative error
-        ``delta``; ``"h0"``: force the H0 route.
+    solver : ``"auto"``: the exact H0 route when both diagrams are H0, else the exact assignment up to
+        ``ASSIGNMENT_UP_TO`` points, exact POT up to ``HERA_ABOVE``, hera beyond; ``"assignment"``: SciPy's linear
+        assignment (exact); ``"pot"``: exact optimal transport (gudhi.wasserstein); ``"hera"``: gudhi's hera with
+        relative error ``delta``; ``"h0"``: force the H0 route.
 
     Returns
     -------
@@ -92,7 +113,10 @@ def wasserstein(
                 "solver='h0' was given diagrams with non-zero births", "use solver='pot' or 'hera' for H1 diagrams"
             )
         return h0_wasserstein(a[:, 1], b[:, 1], p)
-    if solver == "hera" or (solver == "auto" and max(len(a), len(b)) > HERA_ABOVE):
+    size = max(len(a), len(b))
+    if solver == "assignment" or (solver == "auto" and size <= ASSIGNMENT_UP_TO):
+        return assignment_wasserstein(a, b, p)
+    if solver == "hera" or (solver == "auto" and size > HERA_ABOVE):
         from gudhi.hera import wasserstein_distance as hera_wasserstein
 
         return float(hera_wasserstein(a, b, order=p, internal_p=2, delta=delta))

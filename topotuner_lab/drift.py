@@ -45,6 +45,8 @@ class DriftSettings:
     bottleneck : also the bottleneck distance (``h{k}_bottleneck``).
     solver : Wasserstein solver for H1 (``"auto"``: exact POT up to ``distances.HERA_ABOVE`` points, hera beyond).
     n_perm, seed : optional greedy subsample of rows for H1 (approximate; None = all rows).
+    magnitude : also the magnitude baselines (``rel_frobenius``, ``rel_spectral``, ``row_cosine_change``); the
+        magnitude control card ranks by ``rel_frobenius``. Off for a topology-only table (early stopping).
     """
 
     maxdim: int = 1
@@ -54,6 +56,7 @@ class DriftSettings:
     solver: Solver = "auto"
     n_perm: int | None = None
     seed: int = 0
+    magnitude: bool = True
 
     def __post_init__(self) -> None:
         if self.solver not in SOLVERS:
@@ -68,7 +71,10 @@ class DriftSettings:
         return PersistenceSettings(self.maxdim, self.metric, self.n_perm, self.seed, n_threads)  # type: ignore[arg-type]
 
     def key(self) -> dict[str, Any]:
-        return {**asdict(self), "orders": [float(p) for p in self.orders], "v": CACHE_VERSION}
+        key = {**asdict(self), "orders": [float(p) for p in self.orders], "v": CACHE_VERSION}
+        if self.magnitude:  # the default, and the only behaviour before the switch: earlier cache entries stay valid
+            del key["magnitude"]
+        return key
 
     def columns(self) -> list[str]:
         cols = []
@@ -182,7 +188,8 @@ def value_columns(settings: DriftSettings) -> list[str]:
     """The columns a pair's cached values must hold for ``settings``."""
     sizes = [f"n_h{dim}_{side}" for dim in range(settings.maxdim + 1) for side in ("before", "after")]
     persistence = [f"h{dim}_persistence_before" for dim in range(settings.maxdim + 1)]
-    return ["rows", "cols", *settings.columns(), *sizes, *persistence, *MAGNITUDE_COLUMNS]
+    magnitude = list(MAGNITUDE_COLUMNS) if settings.magnitude else []
+    return ["rows", "cols", *settings.columns(), *sizes, *persistence, *magnitude]
 
 
 def pair_values(
@@ -211,7 +218,8 @@ def pair_values(
         values[f"n_h{dim}_before"] = int(len(dgm_a[dim]))
         values[f"n_h{dim}_after"] = int(len(dgm_b[dim]))
         values[f"h{dim}_persistence_before"] = float(np.sum(dgm_a[dim][:, 1] - dgm_a[dim][:, 0]))  # total persistence
-    values.update(magnitude_metrics(before, after))
+    if settings.magnitude:
+        values.update(magnitude_metrics(before, after))
     cache.put_row(key, values)
     return values
 

@@ -65,7 +65,7 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
         self.metric = metric
         if isinstance(settings, dict):
             settings = DriftSettings(**{k: tuple(v) if k == "orders" else v for k, v in settings.items() if k != "v"})
-        self.settings = settings or DriftSettings(maxdim=0, orders=(1.0,), bottleneck=False)
+        self.settings = settings or DriftSettings(maxdim=0, orders=(1.0,), bottleneck=False, magnitude=False)
         if metric not in self.settings.columns():
             raise ParameterError(
                 f"metric {metric!r} is not computed by these drift settings", f"use one of {self.settings.columns()}"

@@ -71,14 +71,20 @@ def _next_token_logprobs(
     max_length: int,
     batch_size: int,
 ) -> np.ndarray:
+    """Next-token log-probabilities of ``token_ids`` after each prompt.
+
+    Prompts are batched by length (less padding) and the LM head runs only at each row's last token
+    (``logits_to_keep``): per row the same numbers as a full forward, several times cheaper with a 49k vocabulary.
+    """
     encoded = [encode(tokenizer, p, "", max_length - 1)[0] for p in prompts]
+    order = np.argsort([len(e) for e in encoded], kind="stable")
     out = np.zeros((len(prompts), len(token_ids)))
-    for start in range(0, len(encoded), batch_size):
-        chunk = encoded[start : start + batch_size]
-        ids, mask = _pad(chunk, pad)
-        logits = model(input_ids=ids, attention_mask=mask).logits
-        last = logits[torch.arange(len(chunk)), mask.sum(dim=1) - 1].float()
-        out[start : start + len(chunk)] = torch.log_softmax(last, dim=-1)[:, token_ids].numpy()
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        ids, mask = _pad([encoded[i] for i in rows], pad)
+        last = (mask.sum(dim=1) - 1)[:, None]
+        logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=last).logits[:, 0].float()
+        out[rows] = torch.log_softmax(logits, dim=-1)[:, token_ids].numpy()
     return out
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import threading
 import time
+import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -467,6 +468,25 @@ def _tidy_checkpoints(out: Path) -> None:
         shutil.rmtree(checkpoint, ignore_errors=True)
 
 
+#: the pretrained model's out-of-domain accuracy and perplexity, per model object and evaluation rows
+_PRETRAINED_SCORES: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[Any, ...], dict[str, float]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _pretrained_scores(loaded: LoadedModel, cfg: FinetuneConfig, data: RunData, score_ood: Any) -> dict[str, float]:
+    """Forgetting's reference point. The evaluation rows are fixed (``EVAL_SEED``) and ``loaded`` is never changed,
+    so every run of a comparison shares it: computed once per process, not once per fine-tune."""
+    key = (data.ood_task, cfg.n_ood, cfg.n_ppl, cfg.max_length, cfg.data_source)
+    per_model = _PRETRAINED_SCORES.setdefault(loaded.model, {})
+    if key not in per_model:
+        per_model[key] = {
+            "ood_accuracy": _accuracy(score_ood(loaded.model, data.ood)),
+            "perplexity": perplexity(loaded.model, loaded.tokenizer, data.general_text, max_length=cfg.max_length),
+        }
+    return dict(per_model[key])
+
+
 def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> dict[str, Any]:
     """Fine-tune ``loaded`` as ``cfg`` says and write ``results.json`` into ``cfg.output_dir``; returns the results.
 
@@ -495,10 +515,7 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> dict[str, Any]:
     wall_start = time.perf_counter()
     data = load_run_data(cfg)
     score, score_ood = _scorer(cfg.task, tokenizer, cfg.max_length), _scorer(data.ood_task, tokenizer, cfg.max_length)
-    before = {
-        "ood_accuracy": _accuracy(score_ood(loaded.model, data.ood)),
-        "perplexity": perplexity(loaded.model, tokenizer, data.general_text, max_length=cfg.max_length),
-    }
+    before = _pretrained_scores(loaded, cfg, data, score_ood)
     model, info = prepare_model(loaded, cfg, card)
     callbacks, threshold = _callbacks(cfg, card, score, data.test)
     trainer = build_trainer(model, tokenizer, cfg, data, callbacks)

@@ -447,7 +447,10 @@ def build_profile(
     rank_col = "rel_frobenius" if strategy == "magnitude" else metric
     if rank_col not in numeric_columns(table):
         raise ProfileError(
-            f"drift table has no measure column {rank_col!r}", f"rank by one of {numeric_columns(table)}"
+            f"drift table has no measure column {rank_col!r}",
+            "recompute the table with the magnitude baselines (without --no-magnitude)"
+            if strategy == "magnitude"
+            else f"rank by one of {numeric_columns(table)}",
         )
     check_table_fits(table, identity)
     scores = normalized_scores(table, rank_col, "raw" if strategy in ("random", "magnitude") else normalization, noise)

@@ -146,9 +146,10 @@ def setup_section(preset: dict[str, Any], runs: int, results: pd.DataFrame) -> s
             else ""
         )
         + (
-            "; each card also runs once at its chosen rate with a constant schedule, to see the rule apart from a "
-            "decaying rate."
-            if preset["constant_lr"]
+            "; the card(s) "
+            + ", ".join(_constant_strategies(preset))
+            + " also run at their chosen rate with a constant schedule, to see the rule apart from a decaying rate."
+            if _constant_strategies(preset)
             else "."
         ),
     ]
@@ -169,6 +170,12 @@ def setup_section(preset: dict[str, Any], runs: int, results: pd.DataFrame) -> s
             "rerunning the command resumes the rest."
         )
     return "\n## Setup\n\n" + "".join(f"- {line}\n" for line in lines)
+
+
+def _constant_strategies(preset: dict[str, Any]) -> list[str]:
+    """Strategies run at a constant rate too (older preset files say ``true`` for all of them)."""
+    constant = preset.get("constant_lr") or []
+    return list(preset.get("strategies", [])) if constant is True else list(constant)
 
 
 def claims_section(claims: list[ClaimResult]) -> str:
