@@ -95,3 +95,14 @@ def test_a_difference_the_interval_cannot_resolve_is_inconclusive():
     results, correct = _results(card, full, lora_correct=full, control_correct=full)
     claims = {c.claim: c for c in claim_results(results, correct)}
     assert claims["beats LoRA at a matched budget"].verdict == INCONCLUSIVE
+
+
+@pytest.mark.parametrize("epochs, expected", [(4, "did not hold"), (3, "not testable here")])
+def test_a_stop_threshold_below_the_earliest_possible_stop_is_not_testable(epochs, expected):
+    # "2-3 of 6 epochs" is half the budget: 2 of 4 is judged; 1.5 of 3 lies before epoch 2, where the rule first fires
+    full = np.ones(50, dtype=int)
+    results, correct = _results(full, full, full, full)
+    results["epochs_run"] = epochs
+    results["stop_epoch"] = results["stop_epoch"].where(results["stop_epoch"].isna(), 3)
+    claims = {c.claim: c for c in claim_results(results, correct)}
+    assert claims["early stopping often stops after 2-3 of 6 epochs"].verdict == expected

@@ -9,13 +9,13 @@ mean *validation* accuracy is taken, so the test set never picks a winner.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .stats import INCONCLUSIVE, Interval, bootstrap_ratio, bootstrap_stat, paired_bootstrap, verdict
+from .stats import INCONCLUSIVE, UNTESTABLE, Interval, bootstrap_ratio, bootstrap_stat, paired_bootstrap, verdict
 
 #: accuracy a card may lose to full fine-tuning and still count as competitive (non-inferiority margin)
 COMPETITIVE_MARGIN = 0.03
@@ -24,6 +24,9 @@ FASTER_THAN_FULL = 0.8
 FASTER_THAN_LORA = 1.0
 #: "often stops after 2-3 of 6 epochs": the median stop epoch lies in the first half of the budget
 EARLY_STOP_SHARE = 0.5
+#: the earliest epoch the stopping rule can fire (``TopologicalEarlyStopping`` default ``min_epochs``: epoch 1 is the
+#: reference its later epochs are normalized by)
+EARLIEST_STOP = 2
 
 TOPOLOGY = ("high-drift", "low-drift")
 CONTROLS = ("random", "magnitude")
@@ -195,16 +198,17 @@ def _stopping_claims(results: pd.DataFrame) -> list[ClaimResult]:
             if schedule == "linear"
             else "early stopping, constant learning rate (not a paper claim)"
         )
-        out.append(
-            _result(
-                claim,
-                f"{schedule} schedule, {len(stops)} runs",
-                f"median stop epoch of {budget} (never stopped = {budget})",
-                bootstrap_stat(stops),
-                EARLY_STOP_SHARE * budget,
-                higher_is_better=False,
-            )
+        result = _result(
+            claim,
+            f"{schedule} schedule, {len(stops)} runs",
+            f"median stop epoch of {budget} (never stopped = {budget})",
+            bootstrap_stat(stops),
+            EARLY_STOP_SHARE * budget,
+            higher_is_better=False,
         )
+        if EARLY_STOP_SHARE * budget < EARLIEST_STOP:  # too few epochs: even the earliest possible stop misses it
+            result = replace(result, verdict=UNTESTABLE)
+        out.append(result)
     return out
 
 

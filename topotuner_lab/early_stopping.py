@@ -18,6 +18,7 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
+from .claims import EARLIEST_STOP
 from .drift import DriftCache, DriftSettings, drift_between
 from .errors import ParameterError
 from .projections import enumerate_projections
@@ -53,7 +54,7 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
         pids: list[str] | None = None,
         metric: str = "h0_w1",
         settings: DriftSettings | dict[str, Any] | None = None,
-        min_epochs: int = 2,
+        min_epochs: int = EARLIEST_STOP,
         observe_only: bool = False,
     ) -> None:
         if not (isinstance(threshold, (int, float)) and 0 < threshold < 1):

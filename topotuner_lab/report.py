@@ -14,6 +14,7 @@ import pandas as pd
 from . import atomic
 from .claims import (
     COMPETITIVE_MARGIN,
+    EARLIEST_STOP,
     ClaimResult,
     claim_results,
     claims_frame,
@@ -197,7 +198,9 @@ def claims_section(claims: list[ClaimResult]) -> str:
         "averaged over seeds); timing and "
         "stop epochs are bootstrapped over runs. A claim *held* when the whole interval clears the threshold, *did "
         "not hold* when it lies wholly on "
-        "the other side, and is *inconclusive* when it covers the threshold. Competitive means at most "
+        "the other side, and is *inconclusive* when it covers the threshold; *not testable here* when the setup "
+        "cannot decide it either way (a stop-epoch threshold below the earliest epoch the rule can fire, "
+        f"{EARLIEST_STOP}, needs a longer budget). Competitive means at most "
         f"{COMPETITIVE_MARGIN:g} below full FT.\n\n"
         + shown.to_markdown(index=False, floatfmt=".3g")
         + "\n\nOver all settings (held or did not hold only where every setting agrees):\n\n"
@@ -213,10 +216,24 @@ def lr_section(results: pd.DataFrame) -> str:
     sweep.columns = [f"val acc @ {lr:g}" for lr in sweep.columns]
     chosen = first[first["selected"].astype(bool)].set_index(["prior", "target", "run"])["lr"].rename("chosen lr")
     table = sweep.join(chosen).reset_index()
+    edges = [
+        f"{run} ({lr:g})"
+        for run, lr in zip(table["run"], table["chosen lr"])
+        if lr in (first.loc[first["run"] == run, "lr"].min(), first.loc[first["run"] == run, "lr"].max())
+    ]
+    warning = (
+        f"\n**Chosen at the edge of its grid**: {', '.join(edges)}. The best rate may lie outside the grid; widen "
+        "`Preset.lr_grid` past that edge before reading these methods' comparisons as tuned.\n"
+        if edges
+        else ""
+    )
     return (
         "\n## Learning rates, chosen on validation data\n\nEach method's sweep on the first seed (validation "
         "accuracy per rate; the test set is "
-        "not looked at) and the rate kept for every seed.\n\n" + table.to_markdown(index=False, floatfmt=".3g") + "\n"
+        "not looked at) and the rate kept for every seed.\n\n"
+        + table.to_markdown(index=False, floatfmt=".3g")
+        + "\n"
+        + warning
     )
 
 

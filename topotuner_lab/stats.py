@@ -16,6 +16,8 @@ import numpy as np
 N_BOOT = 10_000
 LEVEL = 0.95
 HELD, NOT_HELD, INCONCLUSIVE = "held", "did not hold", "inconclusive"
+#: the setup cannot show the claim either way (e.g. a threshold the rule can never reach)
+UNTESTABLE = "not testable here"
 
 
 @dataclass(frozen=True)
