@@ -27,10 +27,10 @@ def median_time(fn: Callable[[], Any], repeats: int = 3) -> tuple[float, Any]:
 
 
 def table(rows: list[dict[str, Any]], digits: int = 3) -> str:
-    """A Markdown table of ``rows`` (dicts with the same keys)."""
+    """A Markdown table of ``rows``: every key that any row has, in first-seen order (blank where a row lacks it)."""
     if not rows:
         return "(no rows)\n"
-    keys = list(rows[0])
+    keys = list(dict.fromkeys(k for row in rows for k in row))
 
     def fmt(v: Any) -> str:
         if isinstance(v, float):

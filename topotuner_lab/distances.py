@@ -22,8 +22,9 @@ Solver = Literal["auto", "assignment", "pot", "hera", "h0"]
 SOLVERS: tuple[str, ...] = ("auto", "assignment", "pot", "hera", "h0")
 #: ``auto`` solves H1 diagrams of at most this many points as an exact assignment problem (SciPy), with no POT
 #: import: POT loads scikit-learn, pandas and torch, seconds per worker process, while the real SmolLM2-135M H1
-#: diagrams have at most ~200 points. Measured here (benchmarks/bench_wasserstein.py): the assignment is as fast as
-#: POT near 200 points and slower from ~500 (its (n + m)^2 matrix against POT's (n + 1)(m + 1)).
+#: diagrams have at most ~200 points (median ~10). Measured here (benchmarks/bench_wasserstein.py): the assignment is
+#: as fast as POT at 63 points and ~2x slower at 130-320 points (5-30 ms; its (n + m)^2 matrix against POT's
+#: (n + 1)(m + 1)), while POT's import costs 2.5 s per fresh process against 0.4 s for scipy.optimize.
 ASSIGNMENT_UP_TO = 300
 #: ``auto`` uses hera (relative error ``delta``) above this many points per H1 diagram, exact POT at or below it.
 #: Measured here (benchmarks/bench_wasserstein.py): POT and hera even at ~1,300 points (1.06 s vs 0.95 s), hera 3.4x
