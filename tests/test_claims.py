@@ -106,3 +106,17 @@ def test_a_stop_threshold_below_the_earliest_possible_stop_is_not_testable(epoch
     results["stop_epoch"] = results["stop_epoch"].where(results["stop_epoch"].isna(), 3)
     claims = {c.claim: c for c in claim_results(results, correct)}
     assert claims["early stopping often stops after 2-3 of 6 epochs"].verdict == expected
+
+
+def test_report_flags_a_rate_chosen_at_the_edge_of_its_grid():
+    from topotuner_lab.report import lr_section
+
+    rows = [
+        {"prior": "sst2", "target": "agnews", "seed": 0, "run": run, "lr": lr, "val_acc": acc, "selected": chosen}
+        for run, grid, best in (("full", (1e-5, 3e-5, 1e-4), 3e-5), ("lora@0.01", (3e-4, 1e-3, 3e-3), 3e-3))
+        for lr, acc, chosen in ((lr, 0.9 if lr == best else 0.8, lr == best) for lr in grid)
+    ]
+    text = lr_section(pd.DataFrame(rows))
+    assert "**Chosen at the edge of its grid**: lora@0.01 (0.003)." in text  # full's 3e-05 is inside its grid
+    inside = pd.DataFrame([r for r in rows if r["run"] == "full"])
+    assert "edge of its grid" not in lr_section(inside)

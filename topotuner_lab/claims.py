@@ -198,15 +198,16 @@ def _stopping_claims(results: pd.DataFrame) -> list[ClaimResult]:
             if schedule == "linear"
             else "early stopping, constant learning rate (not a paper claim)"
         )
+        threshold = EARLY_STOP_SHARE * budget
         result = _result(
             claim,
             f"{schedule} schedule, {len(stops)} runs",
             f"median stop epoch of {budget} (never stopped = {budget})",
             bootstrap_stat(stops),
-            EARLY_STOP_SHARE * budget,
+            threshold,
             higher_is_better=False,
         )
-        if EARLY_STOP_SHARE * budget < EARLIEST_STOP:  # too few epochs: even the earliest possible stop misses it
+        if threshold < EARLIEST_STOP:  # too few epochs: even the earliest possible stop misses it
             result = replace(result, verdict=UNTESTABLE)
         out.append(result)
     return out

@@ -43,7 +43,8 @@ class DriftSettings:
     metric : distance between rows, ``"euclidean"`` or ``"cosine"`` (1 - cos).
     orders : Wasserstein orders p (each >= 1): one ``h{k}_w{p}`` column per dimension and order.
     bottleneck : also the bottleneck distance (``h{k}_bottleneck``).
-    solver : Wasserstein solver for H1 (``"auto"``: exact POT up to ``distances.HERA_ABOVE`` points, hera beyond).
+    solver : Wasserstein solver for H1 (``"auto"``: the exact assignment up to ``distances.ASSIGNMENT_UP_TO`` points,
+        exact POT up to ``distances.HERA_ABOVE``, hera beyond; see :func:`distances.wasserstein`).
     n_perm, seed : optional greedy subsample of rows for H1 (approximate; None = all rows).
     magnitude : also the magnitude baselines (``rel_frobenius``, ``rel_spectral``, ``row_cosine_change``); the
         magnitude control card ranks by ``rel_frobenius``. Off for a topology-only table (early stopping).

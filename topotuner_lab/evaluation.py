@@ -74,7 +74,7 @@ def _next_token_logprobs(
     """Next-token log-probabilities of ``token_ids`` after each prompt.
 
     Prompts are batched by length (less padding) and the LM head runs only at each row's last token
-    (``logits_to_keep``): per row the same numbers as a full forward, several times cheaper with a 49k vocabulary.
+    (``logits_to_keep``): per row the same numbers as a full forward, without the (batch, length, 49k) logits.
     """
     encoded = [encode(tokenizer, p, "", max_length - 1)[0] for p in prompts]
     order = np.argsort([len(e) for e in encoded], kind="stable")

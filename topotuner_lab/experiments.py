@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from . import atomic
-from .claims import method_family
+from .claims import method_family, strategy_of
 from .drift import DriftSettings, save_table
 from .errors import ParameterError
 from .finetune import FinetuneConfig
@@ -316,7 +316,7 @@ def run_comparison(preset: Preset, out_dir: str | Path, log: Callable[[str], Non
                             replace(cfg, learning_rate=chosen[key], output_dir=str(run_dir / f"lr-{chosen[key]:g}")),
                             True,
                         )
-                    if cfg.method == "profile" and name.split(":")[1].split("@")[0] in preset.constant_lr:
+                    if strategy_of(name) in preset.constant_lr:
                         constant = replace(
                             cfg,
                             learning_rate=chosen[key],

@@ -216,11 +216,9 @@ def lr_section(results: pd.DataFrame) -> str:
     sweep.columns = [f"val acc @ {lr:g}" for lr in sweep.columns]
     chosen = first[first["selected"].astype(bool)].set_index(["prior", "target", "run"])["lr"].rename("chosen lr")
     table = sweep.join(chosen).reset_index()
-    edges = [
-        f"{run} ({lr:g})"
-        for run, lr in zip(table["run"], table["chosen lr"])
-        if lr in (first.loc[first["run"] == run, "lr"].min(), first.loc[first["run"] == run, "lr"].max())
-    ]
+    grid = first.groupby(["prior", "target", "run"], sort=False)["lr"].agg(["min", "max"])
+    at_edge = chosen[(chosen == grid["min"].reindex(chosen.index)) | (chosen == grid["max"].reindex(chosen.index))]
+    edges = [f"{run} ({lr:g})" for (_, _, run), lr in at_edge.items()]
     warning = (
         f"\n**Chosen at the edge of its grid**: {', '.join(edges)}. The best rate may lie outside the grid; widen "
         "`Preset.lr_grid` past that edge before reading these methods' comparisons as tuned.\n"
