@@ -76,7 +76,7 @@ def extract_in_child(checkpoint: Path, output: Path) -> tuple[float, float]:
     """Stream the snapshot in a fresh process; its wall time and peak resident memory (GB)."""
     # VmHWM is this process's own peak resident set (ru_maxrss would carry the parent's peak across fork/exec)
     code = (
-        "import re, sys, time; from topotuner_lab.streaming import stream_snapshot; t = time.perf_counter(); "
+        "import re, sys, time; from topotuner_lab.weights.streaming import stream_snapshot; t = time.perf_counter(); "
         "stream_snapshot(sys.argv[1], sys.argv[2]); "
         "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1); "
         "print(time.perf_counter() - t, hwm)"
@@ -89,7 +89,7 @@ def extract_in_child(checkpoint: Path, output: Path) -> tuple[float, float]:
 
 
 def drift_seconds(pre, post, pids: list[str], maxdim: int) -> tuple[float, dict]:
-    from topotuner_lab.drift import DriftCache, DriftSettings, drift_between
+    from topotuner_lab.drift.compute import DriftCache, DriftSettings, drift_between
 
     settings = DriftSettings(maxdim=maxdim, orders=(1.0,), bottleneck=True)
     start = time.perf_counter()
@@ -102,7 +102,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--h1-layers", type=int, default=1)
     args = parser.parse_args()
-    from topotuner_lab.snapshot import load_snapshot, perturb_snapshot
+    from topotuner_lab.weights.snapshot import load_snapshot, perturb_snapshot
 
     rows, drift_rows = [], []
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp_name:

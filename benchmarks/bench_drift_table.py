@@ -16,9 +16,9 @@ import numpy as np
 from common import ROOT, median_time, publish, table
 from joblib.externals.loky import get_reusable_executor
 
-from topotuner_lab.drift import DriftCache, DriftSettings, drift_between
-from topotuner_lab.models import load_model
-from topotuner_lab.snapshot import extract_snapshot, load_snapshot, perturb_snapshot
+from topotuner_lab.drift.compute import DriftCache, DriftSettings, drift_between
+from topotuner_lab.weights.models import load_model
+from topotuner_lab.weights.snapshot import extract_snapshot, load_snapshot, perturb_snapshot
 
 #: real fine-tunes the benchmark prefers to a random perturbation, when a reproduce run has left one
 REAL_FINE_TUNES = ("reproduce-cpu-small/prior-agnews", "reproduce-compare/prior-sst2")

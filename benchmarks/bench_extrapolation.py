@@ -11,8 +11,8 @@ import time
 import numpy as np
 from common import publish, table
 
-from topotuner_lab.distances import wasserstein
-from topotuner_lab.persistence import PersistenceSettings, diagrams
+from topotuner_lab.topology.distances import wasserstein
+from topotuner_lab.topology.persistence import PersistenceSettings, diagrams
 
 
 def pair_cost(x: np.ndarray, y: np.ndarray, settings: PersistenceSettings) -> tuple[float, int]:

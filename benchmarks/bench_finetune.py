@@ -21,8 +21,8 @@ from common import ROOT, publish, table
 
 
 def one(method: str, card: str, out: str) -> None:
-    from topotuner_lab.finetune import FinetuneConfig, run_finetune
-    from topotuner_lab.models import load_model
+    from topotuner_lab.training.finetune import FinetuneConfig, run_finetune
+    from topotuner_lab.weights.models import load_model
 
     cfg = FinetuneConfig(
         method=method,
@@ -43,10 +43,10 @@ def one(method: str, card: str, out: str) -> None:
 
 
 def cards(tmp: Path) -> dict[str, Path]:
-    from topotuner_lab.drift import DriftCache, drift_table, load_table
-    from topotuner_lab.models import load_model
-    from topotuner_lab.profiles import ModelIdentity, build_profile
-    from topotuner_lab.snapshot import extract_snapshot, perturb_snapshot
+    from topotuner_lab.drift.compute import DriftCache, drift_table, load_table
+    from topotuner_lab.profiles.card import ModelIdentity, build_profile
+    from topotuner_lab.weights.models import load_model
+    from topotuner_lab.weights.snapshot import extract_snapshot, perturb_snapshot
 
     loaded = load_model()
     pre = extract_snapshot(loaded)

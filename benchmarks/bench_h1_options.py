@@ -13,7 +13,7 @@ import numpy as np
 from common import median_time, publish, table
 from gph import ripser_parallel
 
-from topotuner_lab.persistence import distance_matrix
+from topotuner_lab.topology.persistence import distance_matrix
 
 
 def h1(dist: np.ndarray, **options: object) -> np.ndarray:

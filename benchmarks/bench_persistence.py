@@ -12,8 +12,8 @@ import sys
 import numpy as np
 from common import median_time, publish, table
 
-from topotuner_lab.distances import wasserstein
-from topotuner_lab.persistence import PersistenceSettings, diagrams, distance_matrix, h0_diagram
+from topotuner_lab.topology.distances import wasserstein
+from topotuner_lab.topology.persistence import PersistenceSettings, diagrams, distance_matrix, h0_diagram
 
 
 def ripser_h0(x):

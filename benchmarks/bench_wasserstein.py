@@ -15,8 +15,8 @@ import numpy as np
 from common import median_time, publish, table
 from gudhi.hera import bottleneck_distance as hera_bottleneck
 
-from topotuner_lab.distances import bottleneck, h0_wasserstein, wasserstein
-from topotuner_lab.persistence import PersistenceSettings, diagrams
+from topotuner_lab.topology.distances import bottleneck, h0_wasserstein, wasserstein
+from topotuner_lab.topology.persistence import PersistenceSettings, diagrams
 
 
 def persim_w1(a, b):

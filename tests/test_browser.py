@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from topotuner_lab.notebooks import run_notebooks
+from topotuner_lab.lab.notebooks import run_notebooks
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium")

@@ -2,13 +2,13 @@
 
 import pytest
 
-from topotuner_lab.card_compare import compare_cards
-from topotuner_lab.drift import DriftCache, drift_table, save_table
-from topotuner_lab.models import build_tiny_model
-from topotuner_lab.plots import card_comparison
-from topotuner_lab.profiles import ModelIdentity, build_profile
-from topotuner_lab.snapshot import extract_snapshot, perturb_snapshot
-from topotuner_lab.workbench import cards_to_compare
+from topotuner_lab.drift.compute import DriftCache, drift_table, save_table
+from topotuner_lab.lab.plots import card_comparison
+from topotuner_lab.lab.workbench import cards_to_compare
+from topotuner_lab.profiles.card import ModelIdentity, build_profile
+from topotuner_lab.profiles.compare import compare_cards
+from topotuner_lab.weights.models import build_tiny_model
+from topotuner_lab.weights.snapshot import extract_snapshot, perturb_snapshot
 
 
 def _table_and_identity(loaded):

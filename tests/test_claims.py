@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from topotuner_lab.claims import COMPETITIVE_MARGIN, claim_results, compared_runs, summary_verdict
-from topotuner_lab.stats import HELD, INCONCLUSIVE, NOT_HELD, Interval, bootstrap_ratio, paired_bootstrap, verdict
+from topotuner_lab.study.claims import COMPETITIVE_MARGIN, claim_results, compared_runs, summary_verdict
+from topotuner_lab.study.stats import HELD, INCONCLUSIVE, NOT_HELD, Interval, bootstrap_ratio, paired_bootstrap, verdict
 
 
 def test_paired_bootstrap_centres_on_the_difference_and_narrows_with_pairing():
@@ -109,7 +109,7 @@ def test_a_stop_threshold_below_the_earliest_possible_stop_is_not_testable(epoch
 
 
 def test_report_flags_a_rate_chosen_at_the_edge_of_its_grid():
-    from topotuner_lab.report import lr_section
+    from topotuner_lab.lab.report import lr_section
 
     rows = [
         {"prior": "sst2", "target": "agnews", "seed": 0, "run": run, "lr": lr, "val_acc": acc, "selected": chosen}

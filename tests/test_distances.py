@@ -6,9 +6,9 @@ import persim
 import pytest
 from gudhi.wasserstein import wasserstein_distance as pot_wasserstein
 
-from topotuner_lab.distances import bottleneck, h0_bottleneck, h0_wasserstein, wasserstein
-from topotuner_lab.errors import ParameterError
-from topotuner_lab.persistence import diagrams
+from topotuner_lab._io.errors import ParameterError
+from topotuner_lab.topology.distances import bottleneck, h0_bottleneck, h0_wasserstein, wasserstein
+from topotuner_lab.topology.persistence import diagrams
 
 
 def _h1(rng, n):
@@ -65,7 +65,7 @@ def test_auto_solves_small_h1_diagrams_without_importing_pot():
     # points that a linear assignment solves exactly in milliseconds
     code = (
         "import sys, numpy as np\n"
-        "from topotuner_lab.distances import wasserstein\n"
+        "from topotuner_lab.topology.distances import wasserstein\n"
         "a = np.array([[0.1, 0.5], [0.2, 0.9]]); b = np.array([[0.1, 0.6]])\n"
         "print(wasserstein(a, b, 1.0), 'ot' in sys.modules, 'torch' in sys.modules)\n"
     )

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from topotuner_lab.cli import main
-from topotuner_lab.snapshot import load_snapshot
+from topotuner_lab.weights.snapshot import load_snapshot
 
 pytestmark = pytest.mark.slow
 

@@ -2,11 +2,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import topotuner_lab.drift as drift_mod
-from topotuner_lab.drift import DriftCache, DriftSettings, drift_between, drift_table, load_table, save_table
-from topotuner_lab.errors import ParameterError, SnapshotMismatchError
-from topotuner_lab.models import build_tiny_model
-from topotuner_lab.snapshot import extract_snapshot, perturb_snapshot
+import topotuner_lab.drift.compute as drift_mod
+from topotuner_lab._io.errors import ParameterError, SnapshotMismatchError
+from topotuner_lab.drift.compute import DriftCache, DriftSettings, drift_between, drift_table, load_table, save_table
+from topotuner_lab.weights.models import build_tiny_model
+from topotuner_lab.weights.snapshot import extract_snapshot, perturb_snapshot
 
 
 @pytest.fixture
@@ -157,7 +157,7 @@ def test_table_files_round_trip(tmp_path, tiny_snapshot, cache):
 
 
 def test_spectral_norm_matches_full_svd(rng):
-    from topotuner_lab.magnitude import spectral_norm
+    from topotuner_lab.topology.magnitude import spectral_norm
 
     for shape in [(2, 5), (64, 64), (32, 64), (200, 90), (600, 400)]:
         m = rng.standard_normal(shape)

@@ -2,8 +2,8 @@ import pytest
 import torch
 from transformers import TrainerControl, TrainerState
 
-from topotuner_lab.early_stopping import TopologicalEarlyStopping, projection_matrices
-from topotuner_lab.errors import ParameterError
+from topotuner_lab._io.errors import ParameterError
+from topotuner_lab.training.early_stopping import TopologicalEarlyStopping, projection_matrices
 
 
 def _drive(model, scales, **kwargs):

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from topotuner_lab.cli import main
-from topotuner_lab.report import write_report
+from topotuner_lab.lab.report import write_report
 
 
 @pytest.mark.slow
@@ -48,7 +48,7 @@ def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
     assert capsys.readouterr().out.count("skip (done)") == 26 + 2  # every run and both prior fine-tunes
     pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), results)
     # a folder from the earlier protocol is refused with a clear message, not a KeyError
-    from topotuner_lab.errors import InputFileError
+    from topotuner_lab._io.errors import InputFileError
 
     old = tmp_path / "old"
     old.mkdir()
@@ -62,7 +62,7 @@ def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
 
 
 def test_drift_against_the_learning_rate_schedule():
-    from topotuner_lab.experiments import drift_minus_lr_ratio
+    from topotuner_lab.study.protocol import drift_minus_lr_ratio
 
     schedule = [
         1.0,
@@ -83,7 +83,7 @@ def test_drift_against_the_learning_rate_schedule():
 
 
 def test_time_to_stop_counts_the_stopping_rules_own_cost():
-    from topotuner_lab.experiments import _summary
+    from topotuner_lab.study.protocol import _summary
 
     res = {
         "test_accuracy": 0.8,

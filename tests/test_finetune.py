@@ -3,11 +3,11 @@ import json
 import numpy as np
 import pytest
 
-from topotuner_lab.drift import DriftCache, drift_table
-from topotuner_lab.errors import ProfileError
-from topotuner_lab.finetune import FinetuneConfig, lora_rank_for, run_finetune, stop_threshold_for
-from topotuner_lab.profiles import ModelIdentity, ProfileCard, build_profile
-from topotuner_lab.snapshot import extract_snapshot, load_snapshot, perturb_snapshot
+from topotuner_lab._io.errors import ProfileError
+from topotuner_lab.drift.compute import DriftCache, drift_table
+from topotuner_lab.profiles.card import ModelIdentity, ProfileCard, build_profile
+from topotuner_lab.training.finetune import FinetuneConfig, lora_rank_for, run_finetune, stop_threshold_for
+from topotuner_lab.weights.snapshot import extract_snapshot, load_snapshot, perturb_snapshot
 
 TINY = dict(n_train=16, n_test=8, n_ood=8, n_ppl=2, batch_size=8, max_length=40, learning_rate=1e-3)
 
@@ -179,7 +179,7 @@ def test_profile_checkpoints_hold_only_the_trainable_tensors_and_resume(tiny_lla
 
 
 def test_pretrained_scores_are_computed_once_per_model_and_rows(tiny_llama, monkeypatch):
-    import topotuner_lab.finetune as ft
+    import topotuner_lab.training.finetune as ft
 
     calls = []
 

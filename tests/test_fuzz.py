@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from topotuner_lab.drift import DriftCache, drift_table
-from topotuner_lab.errors import TopoTunerError
-from topotuner_lab.models import build_tiny_model
-from topotuner_lab.profiles import ModelIdentity, ProfileCard, build_profile
-from topotuner_lab.snapshot import extract_snapshot, load_snapshot, perturb_snapshot, save_snapshot
+from topotuner_lab._io.errors import TopoTunerError
+from topotuner_lab.drift.compute import DriftCache, drift_table
+from topotuner_lab.profiles.card import ModelIdentity, ProfileCard, build_profile
+from topotuner_lab.weights.models import build_tiny_model
+from topotuner_lab.weights.snapshot import extract_snapshot, load_snapshot, perturb_snapshot, save_snapshot
 
 FUZZ = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]

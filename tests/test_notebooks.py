@@ -6,8 +6,15 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from topotuner_lab.errors import ParameterError
-from topotuner_lab.notebooks import EXPECTED_FIGURES, NOTEBOOKS, NotebookError, _coerce, notebooks_dir, run_notebooks
+from topotuner_lab._io.errors import ParameterError
+from topotuner_lab.lab.notebooks import (
+    EXPECTED_FIGURES,
+    NOTEBOOKS,
+    NotebookError,
+    _coerce,
+    notebooks_dir,
+    run_notebooks,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -3,8 +3,14 @@ import numpy as np
 import pytest
 import ripser
 
-from topotuner_lab.errors import InvalidMatrixError, ParameterError
-from topotuner_lab.persistence import PersistenceSettings, diagrams, distance_matrix, greedy_permutation, h0_diagram
+from topotuner_lab._io.errors import InvalidMatrixError, ParameterError
+from topotuner_lab.topology.persistence import (
+    PersistenceSettings,
+    diagrams,
+    distance_matrix,
+    greedy_permutation,
+    h0_diagram,
+)
 
 
 def _structured(rng):

@@ -4,12 +4,12 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from topotuner_lab import plots
-from topotuner_lab.drift import DriftCache, drift_table
-from topotuner_lab.persistence import diagrams
-from topotuner_lab.profiles import ModelIdentity, ProfileCard
-from topotuner_lab.snapshot import perturb_snapshot
-from topotuner_lab.widgets import ProfileBuilder, ProjectionPicker
+from topotuner_lab.drift.compute import DriftCache, drift_table
+from topotuner_lab.lab import plots
+from topotuner_lab.lab.widgets import ProfileBuilder, ProjectionPicker
+from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
+from topotuner_lab.topology.persistence import diagrams
+from topotuner_lab.weights.snapshot import perturb_snapshot
 
 
 @pytest.fixture

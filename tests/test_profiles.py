@@ -2,12 +2,12 @@ import numpy as np
 import pytest
 import torch
 
-from topotuner_lab.drift import DriftCache, drift_table
-from topotuner_lab.errors import InputFileError, ProfileError
-from topotuner_lab.models import build_tiny_model
-from topotuner_lab.profiles import ModelIdentity, ProfileCard, apply_profile, build_profile
-from topotuner_lab.projections import count_parameters
-from topotuner_lab.snapshot import extract_snapshot, perturb_snapshot
+from topotuner_lab._io.errors import InputFileError, ProfileError
+from topotuner_lab.drift.compute import DriftCache, drift_table
+from topotuner_lab.profiles.card import ModelIdentity, ProfileCard, apply_profile, build_profile
+from topotuner_lab.weights.models import build_tiny_model
+from topotuner_lab.weights.projections import count_parameters
+from topotuner_lab.weights.snapshot import extract_snapshot, perturb_snapshot
 
 
 @pytest.fixture

@@ -2,9 +2,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, MistralConfig, Qwen3Config
 
-from topotuner_lab.errors import ParameterError, UnsupportedArchitectureError
-from topotuner_lab.models import build_tiny_model
-from topotuner_lab.projections import enumerate_projections, parse_pid
+from topotuner_lab._io.errors import ParameterError, UnsupportedArchitectureError
+from topotuner_lab.weights.models import build_tiny_model
+from topotuner_lab.weights.projections import enumerate_projections, parse_pid
 
 
 def _ids(model):

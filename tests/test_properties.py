@@ -9,8 +9,8 @@ from scipy.sparse.csgraph import minimum_spanning_tree
 from scipy.spatial.distance import pdist, squareform
 from scipy.stats import ortho_group
 
-from topotuner_lab.distances import bottleneck, wasserstein
-from topotuner_lab.persistence import diagrams
+from topotuner_lab.topology.distances import bottleneck, wasserstein
+from topotuner_lab.topology.persistence import diagrams
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

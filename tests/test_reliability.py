@@ -5,10 +5,10 @@ import json
 import pandas as pd
 import pytest
 
-from topotuner_lab import atomic
-from topotuner_lab.drift import DriftCache, DriftSettings, drift_table
-from topotuner_lab.profiles import ModelIdentity, build_profile
-from topotuner_lab.snapshot import load_snapshot, perturb_snapshot, save_snapshot
+from topotuner_lab._io import atomic
+from topotuner_lab.drift.compute import DriftCache, DriftSettings, drift_table
+from topotuner_lab.profiles.card import ModelIdentity, build_profile
+from topotuner_lab.weights.snapshot import load_snapshot, perturb_snapshot, save_snapshot
 
 
 def test_crash_mid_write_keeps_the_old_file(tmp_path):
@@ -69,7 +69,7 @@ def test_same_seed_same_profile(tiny_llama, tiny_snapshot):
 
 
 def test_tests_write_caches_under_their_own_folder(isolated_cache, tiny_snapshot):
-    from topotuner_lab.paths import cache_dir
+    from topotuner_lab._io.paths import cache_dir
 
     assert cache_dir() == isolated_cache and DriftCache().root == isolated_cache / "drift"
     drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1)  # the default cache

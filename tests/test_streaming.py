@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-import topotuner_lab.models as models_mod
+import topotuner_lab.weights.models as models_mod
+from topotuner_lab._io.errors import ModelLoadError
 from topotuner_lab.cli import main
-from topotuner_lab.errors import ModelLoadError
-from topotuner_lab.models import build_tiny_model
-from topotuner_lab.snapshot import extract_snapshot, load_snapshot
-from topotuner_lab.streaming import stream_snapshot
+from topotuner_lab.weights.models import build_tiny_model
+from topotuner_lab.weights.snapshot import extract_snapshot, load_snapshot
+from topotuner_lab.weights.streaming import stream_snapshot
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gpt2"])

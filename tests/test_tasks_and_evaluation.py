@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from topotuner_lab.errors import TaskError
-from topotuner_lab.evaluation import classification_accuracy, continuation_logprobs, perplexity
-from topotuner_lab.models import build_tiny_model
-from topotuner_lab.tasks import final_number, load_task
+from topotuner_lab._io.errors import TaskError
+from topotuner_lab.tasks.specs import final_number, load_task
+from topotuner_lab.training.evaluation import classification_accuracy, continuation_logprobs, perplexity
+from topotuner_lab.weights.models import build_tiny_model
 
 
 @pytest.mark.parametrize(

@@ -17,11 +17,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from topotuner_lab._io.errors import InvalidMatrixError, ModelLoadError, SnapshotMismatchError, TopoTunerError
 from topotuner_lab.cli import main
-from topotuner_lab.drift import DriftCache, check_jobs, drift_table, save_table
-from topotuner_lab.errors import InvalidMatrixError, ModelLoadError, SnapshotMismatchError, TopoTunerError
-from topotuner_lab.models import build_tiny_model, load_model
-from topotuner_lab.snapshot import (
+from topotuner_lab.drift.compute import DriftCache, check_jobs, drift_table, save_table
+from topotuner_lab.weights.models import build_tiny_model, load_model
+from topotuner_lab.weights.snapshot import (
     Snapshot,
     check_comparable,
     extract_snapshot,
@@ -477,7 +477,7 @@ def test_perturb_scale_must_be_positive_and_finite(files, tmp_path, capsys, scal
 
 # 9. hygiene --------------------------------------------------------------------------------------------------
 def test_ctrl_c_is_one_line_and_exit_130(files, tmp_path, capsys, monkeypatch):
-    import topotuner_lab.drift as drift_mod
+    import topotuner_lab.drift.compute as drift_mod
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

@@ -20,27 +20,27 @@ __version__ = "0.2.0"
 
 #: public name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    "diagrams": "persistence",
-    "PersistenceSettings": "persistence",
-    "wasserstein": "distances",
-    "bottleneck": "distances",
-    "drift_table": "drift",
-    "DriftSettings": "drift",
-    "DriftCache": "drift",
-    "Snapshot": "snapshot",
-    "extract_snapshot": "snapshot",
-    "load_snapshot": "snapshot",
-    "save_snapshot": "snapshot",
-    "stream_snapshot": "streaming",
-    "ProfileCard": "profiles",
-    "ModelIdentity": "profiles",
-    "build_profile": "profiles",
-    "apply_profile": "profiles",
-    "TopologicalEarlyStopping": "early_stopping",
-    "load_model": "models",
-    "FinetuneConfig": "finetune",
-    "run_finetune": "finetune",
-    "TopoTunerError": "errors",
+    "diagrams": "topology.persistence",
+    "PersistenceSettings": "topology.persistence",
+    "wasserstein": "topology.distances",
+    "bottleneck": "topology.distances",
+    "drift_table": "drift.compute",
+    "DriftSettings": "drift.compute",
+    "DriftCache": "drift.compute",
+    "Snapshot": "weights.snapshot",
+    "extract_snapshot": "weights.snapshot",
+    "load_snapshot": "weights.snapshot",
+    "save_snapshot": "weights.snapshot",
+    "stream_snapshot": "weights.streaming",
+    "ProfileCard": "profiles.card",
+    "ModelIdentity": "profiles.card",
+    "build_profile": "profiles.card",
+    "apply_profile": "profiles.card",
+    "TopologicalEarlyStopping": "training.early_stopping",
+    "load_model": "weights.models",
+    "FinetuneConfig": "training.finetune",
+    "run_finetune": "training.finetune",
+    "TopoTunerError": "_io.errors",
 }
 __all__ = [
     "DriftCache",
@@ -78,13 +78,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names above load on first use
-    from .distances import bottleneck, wasserstein
-    from .drift import DriftCache, DriftSettings, drift_table
-    from .early_stopping import TopologicalEarlyStopping
-    from .errors import TopoTunerError
-    from .finetune import FinetuneConfig, run_finetune
-    from .models import load_model
-    from .persistence import PersistenceSettings, diagrams
-    from .profiles import ModelIdentity, ProfileCard, apply_profile, build_profile
-    from .snapshot import Snapshot, extract_snapshot, load_snapshot, save_snapshot
-    from .streaming import stream_snapshot
+    from topotuner_lab._io.errors import TopoTunerError
+    from topotuner_lab.drift.compute import DriftCache, DriftSettings, drift_table
+    from topotuner_lab.profiles.card import ModelIdentity, ProfileCard, apply_profile, build_profile
+    from topotuner_lab.topology.distances import bottleneck, wasserstein
+    from topotuner_lab.topology.persistence import PersistenceSettings, diagrams
+    from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
+    from topotuner_lab.training.finetune import FinetuneConfig, run_finetune
+    from topotuner_lab.weights.models import load_model
+    from topotuner_lab.weights.snapshot import Snapshot, extract_snapshot, load_snapshot, save_snapshot
+    from topotuner_lab.weights.streaming import stream_snapshot

@@ -17,16 +17,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import ParameterError, TopoTunerError
-from .outputs import check_output_dir, check_writable, refuse_overwrite
+from topotuner_lab._io.errors import ParameterError, TopoTunerError
+from topotuner_lab._io.outputs import check_output_dir, check_writable, refuse_overwrite
 
 SNAPSHOT_SUFFIX = (".safetensors",)
 
 
 def _cmd_extract(args: argparse.Namespace) -> None:
-    from .models import load_model
-    from .snapshot import extract_snapshot, load_snapshot, save_snapshot
-    from .streaming import is_streamable, stream_snapshot
+    from topotuner_lab.weights.models import load_model
+    from topotuner_lab.weights.snapshot import extract_snapshot, load_snapshot, save_snapshot
+    from topotuner_lab.weights.streaming import is_streamable, stream_snapshot
 
     check_writable(args.output, "output snapshot", suffixes=SNAPSHOT_SUFFIX)
     refuse_overwrite(
@@ -52,7 +52,7 @@ def _cmd_extract(args: argparse.Namespace) -> None:
 
 
 def _cmd_perturb(args: argparse.Namespace) -> None:
-    from .snapshot import load_snapshot, perturb_snapshot, save_snapshot
+    from topotuner_lab.weights.snapshot import load_snapshot, perturb_snapshot, save_snapshot
 
     check_writable(args.output, "output snapshot", suffixes=SNAPSHOT_SUFFIX)
     refuse_overwrite({"input snapshot": args.snapshot}, {"output snapshot": args.output})
@@ -62,8 +62,15 @@ def _cmd_perturb(args: argparse.Namespace) -> None:
 
 
 def _cmd_drift(args: argparse.Namespace) -> None:
-    from .drift import TABLE_SUFFIXES, DriftCache, DriftSettings, check_jobs, drift_table, save_table
-    from .snapshot import load_snapshot
+    from topotuner_lab.drift.compute import (
+        TABLE_SUFFIXES,
+        DriftCache,
+        DriftSettings,
+        check_jobs,
+        drift_table,
+        save_table,
+    )
+    from topotuner_lab.weights.snapshot import load_snapshot
 
     check_writable(args.output, "output table", suffixes=TABLE_SUFFIXES)
     refuse_overwrite({"first snapshot": args.before, "second snapshot": args.after}, {"output table": args.output})
@@ -101,9 +108,9 @@ def _total_params(args: argparse.Namespace, pretrained: Any) -> int | None:
         return args.total_params
     if args.model is None:
         return None
-    from .models import load_model
-    from .projections import count_parameters
-    from .snapshot import extract_snapshot
+    from topotuner_lab.weights.models import load_model
+    from topotuner_lab.weights.projections import count_parameters
+    from topotuner_lab.weights.snapshot import extract_snapshot
 
     loaded = load_model(args.model)
     if extract_snapshot(loaded).weights_hash != pretrained.weights_hash:
@@ -116,10 +123,10 @@ def _total_params(args: argparse.Namespace, pretrained: Any) -> int | None:
 
 
 def _cmd_profile(args: argparse.Namespace) -> None:
-    from .drift import load_table
-    from .noise import noise_check
-    from .profiles import ModelIdentity, build_profile
-    from .snapshot import load_snapshot
+    from topotuner_lab.drift.compute import load_table
+    from topotuner_lab.drift.noise import noise_check
+    from topotuner_lab.profiles.card import ModelIdentity, build_profile
+    from topotuner_lab.weights.snapshot import load_snapshot
 
     output = check_writable(args.output, "card", suffixes=(".json",))
     outputs = {"card": output, "card's Markdown view": output.with_suffix(".md"), "Spectrum YAML": args.spectrum}
@@ -148,7 +155,7 @@ def _cmd_profile(args: argparse.Namespace) -> None:
         print(noise_check(table, noise, card.metric).message, file=sys.stderr)
     card.save(args.output)
     if args.spectrum:
-        from . import atomic
+        from topotuner_lab._io import atomic
 
         atomic.write_text(args.spectrum, card.to_spectrum_yaml())
     print(
@@ -158,8 +165,8 @@ def _cmd_profile(args: argparse.Namespace) -> None:
 
 
 def _cmd_finetune(args: argparse.Namespace) -> None:
-    from .finetune import FinetuneConfig, run_finetune
-    from .models import load_model
+    from topotuner_lab.training.finetune import FinetuneConfig, run_finetune
+    from topotuner_lab.weights.models import load_model
 
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneConfig)}
     cfg = FinetuneConfig(**values)
@@ -173,8 +180,8 @@ def _cmd_finetune(args: argparse.Namespace) -> None:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> None:
-    from .experiments import get_preset, run_comparison
-    from .report import write_report
+    from topotuner_lab.lab.report import write_report
+    from topotuner_lab.study.protocol import get_preset, run_comparison
 
     preset = get_preset(args.preset)
     check_output_dir(args.output, "output folder")
@@ -186,7 +193,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
 
 
 def _cmd_run_notebooks(args: argparse.Namespace) -> None:
-    from .notebooks import run_notebooks
+    from topotuner_lab.lab.notebooks import run_notebooks
 
     check_output_dir(args.output, "output folder")
     executed = run_notebooks(args.profile, args.output, dict(args.param or []))
@@ -250,11 +257,11 @@ def add_config_options(parser: argparse.ArgumentParser, config: type) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .distances import SOLVERS
-    from .finetune import FinetuneConfig
-    from .notebooks import PROFILES
-    from .persistence import METRICS
-    from .profiles import NORMALIZATIONS, STRATEGIES
+    from topotuner_lab.lab.notebooks import PROFILES
+    from topotuner_lab.profiles.card import NORMALIZATIONS, STRATEGIES
+    from topotuner_lab.topology.distances import SOLVERS
+    from topotuner_lab.topology.persistence import METRICS
+    from topotuner_lab.training.finetune import FinetuneConfig
 
     parser = argparse.ArgumentParser(prog="topotuner-lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)

@@ -8,7 +8,7 @@ a matched budget. The protocol is a fair one:
   small log grid by accuracy on a validation split carved from the training data, never the test set;
   the rate is chosen on the first seed and the other seeds run at it;
 - every method and seed is scored on the same test examples, so differences get paired bootstrap
-  intervals (:mod:`topotuner_lab.stats`);
+  intervals (:mod:`topotuner_lab.study.stats`);
 - optionally a constant-learning-rate run of each card, so early stopping is seen apart from a decaying schedule.
 
 Every run keeps its own ``results.json``, so an interrupted comparison resumes by skipping what is done.
@@ -24,17 +24,23 @@ from typing import Any
 
 import pandas as pd
 
-from . import atomic
-from .claims import method_family, strategy_of
-from .drift import DriftSettings, save_table
-from .errors import ParameterError
-from .finetune import FinetuneConfig
-from .models import PACKAGED_MODELS, LoadedModel, embedded_gguf_path, load_model
-from .noise import noise_check
-from .profiles import ModelIdentity, ProfileCard, build_profile
-from .report import markdown_table
-from .snapshot import Snapshot, load_snapshot
-from .workspace import WorkDir, drift_table_once, finetune_once, noise_tables_once, pretrained_snapshot
+from topotuner_lab._io import atomic
+from topotuner_lab._io.errors import ParameterError
+from topotuner_lab.drift.compute import DriftSettings, save_table
+from topotuner_lab.drift.noise import noise_check
+from topotuner_lab.lab.report import markdown_table
+from topotuner_lab.profiles.card import ModelIdentity, ProfileCard, build_profile
+from topotuner_lab.study.claims import method_family, strategy_of
+from topotuner_lab.study.workspace import (
+    WorkDir,
+    drift_table_once,
+    finetune_once,
+    noise_tables_once,
+    pretrained_snapshot,
+)
+from topotuner_lab.training.finetune import FinetuneConfig
+from topotuner_lab.weights.models import PACKAGED_MODELS, LoadedModel, embedded_gguf_path, load_model
+from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
 #: learning-rate grids per method family (log-spaced), searched on validation accuracy
 DEFAULT_LR_GRID: dict[str, tuple[float, ...]] = {

@@ -15,11 +15,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .atomic import atomic_path
-from .projections import KINDS, parse_pid
+from topotuner_lab._io.atomic import atomic_path
+from topotuner_lab.weights.projections import KINDS, parse_pid
 
 if TYPE_CHECKING:
-    from .card_compare import CardComparison
+    from topotuner_lab.profiles.compare import CardComparison
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
 #: The offline renderer in notebooks: plotly's JSON mimetype for JupyterLab, plus inlined plotly.js for nbconvert.

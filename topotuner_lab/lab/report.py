@@ -11,8 +11,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import atomic
-from .claims import (
+from topotuner_lab._io import atomic
+from topotuner_lab._io.errors import InputFileError
+from topotuner_lab.drift.compute import DriftSettings, load_table
+from topotuner_lab.drift.noise import NOISE_SCALE, noise_check
+from topotuner_lab.lab.plots import drift_heatmaps, save_figure
+from topotuner_lab.profiles.card import NORMALIZATIONS, ModelIdentity, build_profile
+from topotuner_lab.study.claims import (
     COMPETITIVE_MARGIN,
     EARLIEST_STOP,
     ClaimResult,
@@ -23,14 +28,9 @@ from .claims import (
     method_family,
     summary_verdict,
 )
-from .drift import DriftSettings, load_table
-from .errors import InputFileError
-from .noise import NOISE_SCALE, noise_check
-from .plots import drift_heatmaps, save_figure
-from .profiles import NORMALIZATIONS, ModelIdentity, build_profile
-from .projections import KINDS
-from .snapshot import Snapshot, load_snapshot
-from .workspace import WorkDir, noise_tables_once
+from topotuner_lab.study.workspace import WorkDir, noise_tables_once
+from topotuner_lab.weights.projections import KINDS
+from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
 
 def markdown_table(table: pd.DataFrame) -> str:

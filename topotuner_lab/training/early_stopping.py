@@ -18,10 +18,10 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from .claims import EARLIEST_STOP
-from .drift import DriftCache, DriftSettings, drift_between
-from .errors import ParameterError
-from .projections import enumerate_projections
+from topotuner_lab._io.errors import ParameterError
+from topotuner_lab.drift.compute import DriftCache, DriftSettings, drift_between
+from topotuner_lab.study.claims import EARLIEST_STOP
+from topotuner_lab.weights.projections import enumerate_projections
 
 
 def projection_matrices(model: torch.nn.Module, pids: list[str] | None = None) -> dict[str, np.ndarray]:

@@ -13,12 +13,12 @@ import ipywidgets as w
 import pandas as pd
 import plotly.graph_objects as go
 
-from . import atomic
-from .errors import ProfileError
-from .noise import noise_check
-from .plots import drift_heatmaps, update_figure_widget
-from .profiles import NORMALIZATIONS, STRATEGIES, ModelIdentity, ProfileCard, build_profile
-from .projections import parse_pid
+from topotuner_lab._io import atomic
+from topotuner_lab._io.errors import ProfileError
+from topotuner_lab.drift.noise import noise_check
+from topotuner_lab.lab.plots import drift_heatmaps, update_figure_widget
+from topotuner_lab.profiles.card import NORMALIZATIONS, STRATEGIES, ModelIdentity, ProfileCard, build_profile
+from topotuner_lab.weights.projections import parse_pid
 
 
 class ProjectionPicker(w.HBox):

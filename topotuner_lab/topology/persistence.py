@@ -13,7 +13,7 @@ from typing import Literal
 
 import numpy as np
 
-from .errors import InvalidMatrixError, ParameterError
+from topotuner_lab._io.errors import InvalidMatrixError, ParameterError
 
 Metric = Literal["euclidean", "cosine"]
 METRICS: tuple[str, ...] = ("euclidean", "cosine")

@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import atomic
-from .errors import InputFileError, ProfileError
-from .projections import Projection, enumerate_projections, is_llama_like
-from .snapshot import Snapshot, extract_snapshot
+from topotuner_lab._io import atomic
+from topotuner_lab._io.errors import InputFileError, ProfileError
+from topotuner_lab.weights.projections import Projection, enumerate_projections, is_llama_like
+from topotuner_lab.weights.snapshot import Snapshot, extract_snapshot
 
 SCHEMA_VERSION = 1
 STRATEGIES: tuple[str, ...] = ("high-drift", "low-drift", "random", "magnitude")
@@ -440,7 +440,7 @@ def build_profile(
         parameters (0.01 is 1%; the CLI's ``--budget`` takes percent).
     normalization : one of ``NORMALIZATIONS`` (see :func:`normalized_scores`); ``noise`` tables for ``noise-z``.
     """
-    from .drift import numeric_columns
+    from topotuner_lab.drift.compute import numeric_columns
 
     if strategy not in STRATEGIES:
         raise ProfileError(f"unknown strategy {strategy!r}", f"use one of {', '.join(STRATEGIES)}")

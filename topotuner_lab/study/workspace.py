@@ -15,15 +15,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import TopoTunerError
+from topotuner_lab._io.errors import TopoTunerError
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .drift import DriftSettings
-    from .finetune import FinetuneConfig
-    from .models import LoadedModel
-    from .snapshot import Snapshot
+    from topotuner_lab.drift.compute import DriftSettings
+    from topotuner_lab.training.finetune import FinetuneConfig
+    from topotuner_lab.weights.models import LoadedModel
+    from topotuner_lab.weights.snapshot import Snapshot
 
 T = TypeVar("T")
 
@@ -116,7 +116,7 @@ def reuse_or_compute(
 
 def pretrained_snapshot(loaded: LoadedModel, path: Path) -> Snapshot:
     """The model's snapshot at ``path``, reused only if its weights are this model's."""
-    from .snapshot import extract_snapshot, load_snapshot, save_snapshot
+    from topotuner_lab.weights.snapshot import extract_snapshot, load_snapshot, save_snapshot
 
     fresh = extract_snapshot(loaded)
 
@@ -137,7 +137,7 @@ def finetune_once(
     loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str], None] = lambda _: None
 ) -> dict[str, Any]:
     """``run_finetune(loaded, cfg)`` unless its folder already holds results of this very config (then those)."""
-    from .finetune import load_results, run_finetune
+    from topotuner_lab.training.finetune import load_results, run_finetune
 
     out = Path(cfg.output_dir)
 
@@ -159,7 +159,7 @@ def drift_table_once(
     """The drift table at ``path``, reused only if it was computed from ``before``'s weights with ``settings``."""
     import json
 
-    from .drift import DriftSettings, drift_table, load_table, save_table
+    from topotuner_lab.drift.compute import DriftSettings, drift_table, load_table, save_table
 
     settings = settings or DriftSettings()
 
@@ -182,8 +182,8 @@ def noise_tables_once(
     pre: Snapshot, work: WorkDir, seeds: Sequence[int], settings: DriftSettings | None = None
 ) -> list[pd.DataFrame]:
     """Drift of ``pre`` against a perturbed copy of itself per seed (the noise floor), each table computed once."""
-    from .noise import NOISE_SCALE
-    from .snapshot import perturb_snapshot
+    from topotuner_lab.drift.noise import NOISE_SCALE
+    from topotuner_lab.weights.snapshot import perturb_snapshot
 
     return [
         drift_table_once(pre, perturb_snapshot(pre, NOISE_SCALE, seed), work.noise_table(seed), settings)

@@ -15,7 +15,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .stats import INCONCLUSIVE, UNTESTABLE, Interval, bootstrap_ratio, bootstrap_stat, paired_bootstrap, verdict
+from topotuner_lab.study.stats import (
+    INCONCLUSIVE,
+    UNTESTABLE,
+    Interval,
+    bootstrap_ratio,
+    bootstrap_stat,
+    paired_bootstrap,
+    verdict,
+)
 
 #: accuracy a card may lose to full fine-tuning and still count as competitive (non-inferiority margin)
 COMPETITIVE_MARGIN = 0.03

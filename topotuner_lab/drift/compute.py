@@ -20,14 +20,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import atomic
-from .distances import SOLVERS, Solver, bottleneck, wasserstein
-from .errors import InputFileError, ParameterError
-from .magnitude import magnitude_metrics
-from .paths import cache_dir
-from .persistence import Diagrams, Metric, PersistenceSettings, diagrams
-from .projections import PID_PATTERN, parse_pid
-from .snapshot import Snapshot, check_comparable, matrix_hash
+from topotuner_lab._io import atomic
+from topotuner_lab._io.errors import InputFileError, ParameterError
+from topotuner_lab._io.paths import cache_dir
+from topotuner_lab.topology.distances import SOLVERS, Solver, bottleneck, wasserstein
+from topotuner_lab.topology.magnitude import magnitude_metrics
+from topotuner_lab.topology.persistence import Diagrams, Metric, PersistenceSettings, diagrams
+from topotuner_lab.weights.projections import PID_PATTERN, parse_pid
+from topotuner_lab.weights.snapshot import Snapshot, check_comparable, matrix_hash
 
 CACHE_VERSION = 2
 MAGNITUDE_COLUMNS: tuple[str, ...] = ("rel_frobenius", "rel_spectral", "row_cosine_change")

@@ -16,7 +16,7 @@ from typing import Literal
 
 import numpy as np
 
-from .errors import ParameterError
+from topotuner_lab._io.errors import ParameterError
 
 Solver = Literal["auto", "assignment", "pot", "hera", "h0"]
 SOLVERS: tuple[str, ...] = ("auto", "assignment", "pot", "hera", "h0")

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from .atomic import atomic_path
-from .errors import InputFileError, ModelLoadError
-from .projections import Projection, projections_in
-from .snapshot import FORMAT, combine_hashes, matrix_hash, metadata_hash
+from topotuner_lab._io.atomic import atomic_path
+from topotuner_lab._io.errors import InputFileError, ModelLoadError
+from topotuner_lab.weights.projections import Projection, projections_in
+from topotuner_lab.weights.snapshot import FORMAT, combine_hashes, matrix_hash, metadata_hash
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from .atomic import atomic_path
-from .errors import ModelLoadError
-from .paths import model_cache_dir
+from topotuner_lab._io.atomic import atomic_path
+from topotuner_lab._io.errors import ModelLoadError
+from topotuner_lab._io.paths import model_cache_dir
 
 DEFAULT_MODEL = "smollm2-135m"
 #: models that ship as GGUF files inside PyPI packages (loaded offline; exported once to float32)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import pandas as pd
 from scipy.stats import spearmanr
 
-from .profiles import ProfileCard, param_counts
-from .projections import KINDS, parse_pid
+from topotuner_lab.profiles.card import ProfileCard, param_counts
+from topotuner_lab.weights.projections import KINDS, parse_pid
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Steps the notebooks share, so each notebook stays a few calls: prepare the pretrained and
 fine-tuned snapshots, compute (or reuse) the drift table and its noise floor, and run the method
-comparison. File names come from :class:`~topotuner_lab.workspace.WorkDir`."""
+comparison. File names come from :class:`~topotuner_lab.study.workspace.WorkDir`."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from typing import Any
 
 import pandas as pd
 
-from .drift import DriftSettings, load_table
-from .finetune import FinetuneConfig, load_results
-from .models import LoadedModel, load_model
-from .noise import NoiseCheck, noise_check
-from .profiles import ProfileCard, build_profile
-from .snapshot import Snapshot, load_snapshot
-from .workspace import WorkDir, drift_table_once, finetune_once, noise_tables_once
-from .workspace import pretrained_snapshot as _pretrained_snapshot
+from topotuner_lab.drift.compute import DriftSettings, load_table
+from topotuner_lab.drift.noise import NoiseCheck, noise_check
+from topotuner_lab.profiles.card import ProfileCard, build_profile
+from topotuner_lab.study.workspace import WorkDir, drift_table_once, finetune_once, noise_tables_once
+from topotuner_lab.study.workspace import pretrained_snapshot as _pretrained_snapshot
+from topotuner_lab.training.finetune import FinetuneConfig, load_results
+from topotuner_lab.weights.models import LoadedModel, load_model
+from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
 #: perturbation seeds of the noise floor (two, so a z-score against noise is defined)
 NOISE_SEEDS: tuple[int, ...] = (0, 1)

@@ -18,14 +18,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .atomic import atomic_path
-from .errors import InputFileError, ParameterError, SnapshotMismatchError
-from .projections import PID_PATTERN, count_parameters, enumerate_projections, model_type, parse_pid
+from topotuner_lab._io.atomic import atomic_path
+from topotuner_lab._io.errors import InputFileError, ParameterError, SnapshotMismatchError
+from topotuner_lab.weights.projections import (
+    PID_PATTERN,
+    count_parameters,
+    enumerate_projections,
+    model_type,
+    parse_pid,
+)
 
 if TYPE_CHECKING:  # torch and transformers stay out of drift worker processes
     import torch
 
-    from .models import LoadedModel
+    from topotuner_lab.weights.models import LoadedModel
 
 FORMAT = "topotuner-snapshot/2"
 LEGACY_FORMATS: tuple[str, ...] = ("topotuner-snapshot/1",)  # no metadata hash: read, with a warning
@@ -122,7 +128,7 @@ def extract_snapshot(
     """Copy every attention projection of a model into a float32 snapshot."""
     import torch
 
-    from .models import LoadedModel
+    from topotuner_lab.weights.models import LoadedModel
 
     if isinstance(loaded, LoadedModel):
         model, model_name, revision = loaded.model, loaded.name, loaded.revision

@@ -13,7 +13,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from .errors import InputFileError, ParameterError, TopoTunerError
+from topotuner_lab._io.errors import InputFileError, ParameterError, TopoTunerError
 
 NOTEBOOKS: tuple[str, ...] = (
     "01_extract.ipynb",
@@ -70,7 +70,7 @@ class NotebookError(TopoTunerError):
 
 
 def notebooks_dir() -> Path:
-    folder = Path(__file__).resolve().parent.parent / "notebooks"
+    folder = Path(__file__).resolve().parents[2] / "notebooks"
     if not folder.is_dir():
         raise InputFileError(
             f"notebook folder {folder} not found", "run from a source checkout of topotuner-lab (pip install -e .)"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import TaskError
+from topotuner_lab._io.errors import TaskError
 
 
 @dataclass(frozen=True)

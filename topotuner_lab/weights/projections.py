@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import ParameterError, UnsupportedArchitectureError
+from topotuner_lab._io.errors import ParameterError, UnsupportedArchitectureError
 
 if TYPE_CHECKING:
     import torch
@@ -110,7 +110,7 @@ def projections_in(named_shapes: Iterable[tuple[str, tuple[int, ...]]], mtype: s
         raise UnsupportedArchitectureError(
             f"architecture {mtype!r} is not supported for attention-projection enumeration",
             f"use a model of a supported type: {', '.join(sorted(ARCHITECTURES))}; "
-            "or add a pattern for it to topotuner_lab.projections.ARCHITECTURES",
+            "or add a pattern for it to topotuner_lab.weights.projections.ARCHITECTURES",
         )
     pattern, kinds = ARCHITECTURES[mtype]
     regex = re.compile(pattern)

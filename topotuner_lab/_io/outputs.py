@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from .errors import ParameterError
+from topotuner_lab._io.errors import ParameterError
 
 _SYSTEM_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 

@@ -20,15 +20,15 @@ from typing import Any
 import torch
 from transformers import DataCollatorForSeq2Seq, Trainer, TrainerCallback, TrainingArguments
 
-from . import atomic
-from .early_stopping import TopologicalEarlyStopping
-from .errors import InputFileError, ParameterError, ProfileError
-from .evaluation import classification_correct, encode, gsm8k_correct, perplexity
-from .models import LoadedModel
-from .profiles import ProfileCard, apply_profile
-from .projections import count_parameters, enumerate_projections
-from .snapshot import extract_snapshot, save_snapshot
-from .tasks import TASKS, get_task, load_task
+from topotuner_lab._io import atomic
+from topotuner_lab._io.errors import InputFileError, ParameterError, ProfileError
+from topotuner_lab.profiles.card import ProfileCard, apply_profile
+from topotuner_lab.tasks.specs import TASKS, get_task, load_task
+from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
+from topotuner_lab.training.evaluation import classification_correct, encode, gsm8k_correct, perplexity
+from topotuner_lab.weights.models import LoadedModel
+from topotuner_lab.weights.projections import count_parameters, enumerate_projections
+from topotuner_lab.weights.snapshot import extract_snapshot, save_snapshot
 
 METHODS: tuple[str, ...] = ("full", "lora", "profile")
 DEFAULT_LR = {"full": 3e-5, "lora": 3e-4, "profile": 2e-4}  # untuned defaults, recorded in results

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .tasks import final_number
+from topotuner_lab.tasks.specs import final_number
 
 
 def encode(tokenizer: Any, prompt: str, target: str = "", max_length: int = 128) -> tuple[list[int], list[int]]:

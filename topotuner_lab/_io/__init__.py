@@ -1,0 +1,1 @@
+"""Errors, atomic writes, cache paths and output checks: what every floor above uses."""

@@ -1,0 +1,3 @@
+"""Drift tables: settings, column names, the verified on-disk cache, computation on local or Dask workers, table
+files, the noise floor.
+"""

@@ -1,0 +1,3 @@
+"""Persistence diagrams of row point clouds, distances between diagrams, magnitude baselines (numpy/scipy only, no
+torch).
+"""

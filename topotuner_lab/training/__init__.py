@@ -1,0 +1,1 @@
+"""Fine-tuning: config, trainer, callbacks (topological early stopping), evaluation and results."""
