@@ -89,7 +89,9 @@ def extract_in_child(checkpoint: Path, output: Path) -> tuple[float, float]:
 
 
 def drift_seconds(pre, post, pids: list[str], maxdim: int) -> tuple[float, dict]:
-    from topotuner_lab.drift.compute import DriftCache, DriftSettings, drift_between
+    from topotuner_lab.drift.cache import DriftCache
+    from topotuner_lab.drift.compute import drift_between
+    from topotuner_lab.drift.settings import DriftSettings
 
     settings = DriftSettings(maxdim=maxdim, orders=(1.0,), bottleneck=True)
     start = time.perf_counter()

@@ -16,7 +16,9 @@ import numpy as np
 from common import ROOT, median_time, publish, table
 from joblib.externals.loky import get_reusable_executor
 
-from topotuner_lab.drift.compute import DriftCache, DriftSettings, drift_between
+from topotuner_lab.drift.cache import DriftCache
+from topotuner_lab.drift.compute import drift_between
+from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.weights.models import load_model
 from topotuner_lab.weights.snapshot import extract_snapshot, load_snapshot, perturb_snapshot
 

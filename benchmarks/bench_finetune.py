@@ -43,7 +43,9 @@ def one(method: str, card: str, out: str) -> None:
 
 
 def cards(tmp: Path) -> dict[str, Path]:
-    from topotuner_lab.drift.compute import DriftCache, drift_table, load_table
+    from topotuner_lab.drift.cache import DriftCache
+    from topotuner_lab.drift.compute import drift_table
+    from topotuner_lab.drift.tables import load_table
     from topotuner_lab.profiles.card import ModelIdentity, build_profile
     from topotuner_lab.weights.models import load_model
     from topotuner_lab.weights.snapshot import extract_snapshot, perturb_snapshot

@@ -2,7 +2,9 @@
 
 import pytest
 
-from topotuner_lab.drift.compute import DriftCache, drift_table, save_table
+from topotuner_lab.drift.cache import DriftCache
+from topotuner_lab.drift.compute import drift_table
+from topotuner_lab.drift.tables import save_table
 from topotuner_lab.lab.plots import card_comparison
 from topotuner_lab.lab.workbench import cards_to_compare
 from topotuner_lab.profiles.card import ModelIdentity, build_profile

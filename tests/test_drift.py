@@ -2,9 +2,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import topotuner_lab.drift.compute as drift_mod
+import topotuner_lab.drift.cache as cache_mod
+import topotuner_lab.drift.executors as executors_mod
+import topotuner_lab.drift.pairs as pairs_mod
 from topotuner_lab._io.errors import ParameterError, SnapshotMismatchError
-from topotuner_lab.drift.compute import DriftCache, DriftSettings, drift_between, drift_table, load_table, save_table
+from topotuner_lab.drift.cache import DriftCache
+from topotuner_lab.drift.columns import MAGNITUDE_COLUMNS
+from topotuner_lab.drift.compute import drift_between, drift_table
+from topotuner_lab.drift.settings import DriftSettings
+from topotuner_lab.drift.tables import load_table, save_table
 from topotuner_lab.weights.models import build_tiny_model
 from topotuner_lab.weights.snapshot import extract_snapshot, perturb_snapshot
 
@@ -16,13 +22,13 @@ def cache(tmp_path):
 
 def _count_diagram_calls(monkeypatch):
     calls = []
-    real = drift_mod.diagrams
+    real = cache_mod.diagrams
 
     def counting(matrix, settings):
         calls.append(matrix.shape)
         return real(matrix, settings)
 
-    monkeypatch.setattr(drift_mod, "diagrams", counting)
+    monkeypatch.setattr(cache_mod, "diagrams", counting)
     return calls
 
 
@@ -66,14 +72,14 @@ def test_table_columns_and_positive_drift(tiny_snapshot, cache):
 
 
 def test_topology_only_table_skips_the_magnitude_baselines(tiny_snapshot, cache, monkeypatch):
-    monkeypatch.setattr(drift_mod, "magnitude_metrics", lambda *a: pytest.fail("magnitude metrics computed"))
+    monkeypatch.setattr(pairs_mod, "magnitude_metrics", lambda *a: pytest.fail("magnitude metrics computed"))
     noisy = perturb_snapshot(tiny_snapshot, 0.05)
     settings = DriftSettings(magnitude=False)
     table = drift_table(tiny_snapshot, noisy, settings, n_jobs=1, cache=cache)
-    assert not set(drift_mod.MAGNITUDE_COLUMNS) & set(table.columns)
+    assert not set(MAGNITUDE_COLUMNS) & set(table.columns)
     monkeypatch.undo()
     full = drift_table(tiny_snapshot, noisy, n_jobs=1, cache=cache)  # its own cache entries, with the baselines
-    assert set(drift_mod.MAGNITUDE_COLUMNS) <= set(full.columns)
+    assert set(MAGNITUDE_COLUMNS) <= set(full.columns)
     pd.testing.assert_frame_equal(table, full[table.columns])
 
 
@@ -99,7 +105,7 @@ def test_rerun_hits_the_cache(tiny_snapshot, cache, monkeypatch):
 def test_interrupted_run_resumes_with_same_table(tiny_snapshot, cache, monkeypatch):
     noisy = perturb_snapshot(tiny_snapshot, 0.05)
     reference = drift_table(tiny_snapshot, noisy, n_jobs=1, cache=DriftCache(None))
-    real_values = drift_mod.pair_values
+    real_values = executors_mod.pair_values
     done = []
 
     def dying(*args, **kwargs):
@@ -108,10 +114,10 @@ def test_interrupted_run_resumes_with_same_table(tiny_snapshot, cache, monkeypat
         done.append(1)
         return real_values(*args, **kwargs)
 
-    monkeypatch.setattr(drift_mod, "pair_values", dying)
+    monkeypatch.setattr(executors_mod, "pair_values", dying)
     with pytest.raises(KeyboardInterrupt):
         drift_table(tiny_snapshot, noisy, n_jobs=1, cache=cache)
-    monkeypatch.setattr(drift_mod, "pair_values", real_values)
+    monkeypatch.setattr(executors_mod, "pair_values", real_values)
     calls = _count_diagram_calls(monkeypatch)
     resumed = drift_table(tiny_snapshot, noisy, n_jobs=1, cache=cache)
     assert len(calls) == 2 * (8 - 3)

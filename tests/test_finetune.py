@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from topotuner_lab._io.errors import ProfileError
-from topotuner_lab.drift.compute import DriftCache, drift_table
+from topotuner_lab.drift.cache import DriftCache
+from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard, build_profile
 from topotuner_lab.training.finetune import FinetuneConfig, lora_rank_for, run_finetune, stop_threshold_for
 from topotuner_lab.weights.snapshot import extract_snapshot, load_snapshot, perturb_snapshot

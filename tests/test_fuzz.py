@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from topotuner_lab._io.errors import TopoTunerError
-from topotuner_lab.drift.compute import DriftCache, drift_table
+from topotuner_lab.drift.cache import DriftCache
+from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard, build_profile
 from topotuner_lab.weights.models import build_tiny_model
 from topotuner_lab.weights.snapshot import extract_snapshot, load_snapshot, perturb_snapshot, save_snapshot

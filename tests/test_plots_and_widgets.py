@@ -4,7 +4,8 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from topotuner_lab.drift.compute import DriftCache, drift_table
+from topotuner_lab.drift.cache import DriftCache
+from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.lab import plots
 from topotuner_lab.lab.widgets import ProfileBuilder, ProjectionPicker
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard

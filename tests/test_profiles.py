@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from topotuner_lab._io.errors import InputFileError, ProfileError
-from topotuner_lab.drift.compute import DriftCache, drift_table
+from topotuner_lab.drift.cache import DriftCache
+from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard, apply_profile, build_profile
 from topotuner_lab.weights.models import build_tiny_model
 from topotuner_lab.weights.projections import count_parameters

@@ -6,7 +6,9 @@ import pandas as pd
 import pytest
 
 from topotuner_lab._io import atomic
-from topotuner_lab.drift.compute import DriftCache, DriftSettings, drift_table
+from topotuner_lab.drift.cache import DriftCache
+from topotuner_lab.drift.compute import drift_table
+from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.profiles.card import ModelIdentity, build_profile
 from topotuner_lab.weights.snapshot import load_snapshot, perturb_snapshot, save_snapshot
 

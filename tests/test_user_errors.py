@@ -19,7 +19,10 @@ import pytest
 
 from topotuner_lab._io.errors import InvalidMatrixError, ModelLoadError, SnapshotMismatchError, TopoTunerError
 from topotuner_lab.cli import main
-from topotuner_lab.drift.compute import DriftCache, check_jobs, drift_table, save_table
+from topotuner_lab.drift.cache import DriftCache
+from topotuner_lab.drift.compute import drift_table
+from topotuner_lab.drift.executors import check_jobs
+from topotuner_lab.drift.tables import save_table
 from topotuner_lab.weights.models import build_tiny_model, load_model
 from topotuner_lab.weights.snapshot import (
     Snapshot,

@@ -6,7 +6,10 @@ topology-based early stopping.
 
 The main entry points are importable from the package itself::
 
-    from topotuner_lab import load_model, drift_table, DriftSettings, build_profile, ProfileCard
+    from topotuner_lab.weights.models import load_model
+    from topotuner_lab.drift.compute import drift_table
+    from topotuner_lab.drift.settings import DriftSettings
+    from topotuner_lab.profiles.card import build_profile, ProfileCard
 
 They load lazily, so ``import topotuner_lab`` stays light (drift worker processes never import torch).
 """
@@ -79,7 +82,9 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names above load on first use
     from topotuner_lab._io.errors import TopoTunerError
-    from topotuner_lab.drift.compute import DriftCache, DriftSettings, drift_table
+    from topotuner_lab.drift.cache import DriftCache
+    from topotuner_lab.drift.compute import drift_table
+    from topotuner_lab.drift.settings import DriftSettings
     from topotuner_lab.profiles.card import ModelIdentity, ProfileCard, apply_profile, build_profile
     from topotuner_lab.topology.distances import bottleneck, wasserstein
     from topotuner_lab.topology.persistence import PersistenceSettings, diagrams

@@ -62,14 +62,11 @@ def _cmd_perturb(args: argparse.Namespace) -> None:
 
 
 def _cmd_drift(args: argparse.Namespace) -> None:
-    from topotuner_lab.drift.compute import (
-        TABLE_SUFFIXES,
-        DriftCache,
-        DriftSettings,
-        check_jobs,
-        drift_table,
-        save_table,
-    )
+    from topotuner_lab.drift.cache import DriftCache
+    from topotuner_lab.drift.compute import drift_table
+    from topotuner_lab.drift.executors import check_jobs
+    from topotuner_lab.drift.settings import DriftSettings
+    from topotuner_lab.drift.tables import TABLE_SUFFIXES, save_table
     from topotuner_lab.weights.snapshot import load_snapshot
 
     check_writable(args.output, "output table", suffixes=TABLE_SUFFIXES)
@@ -123,8 +120,8 @@ def _total_params(args: argparse.Namespace, pretrained: Any) -> int | None:
 
 
 def _cmd_profile(args: argparse.Namespace) -> None:
-    from topotuner_lab.drift.compute import load_table
     from topotuner_lab.drift.noise import noise_check
+    from topotuner_lab.drift.tables import load_table
     from topotuner_lab.profiles.card import ModelIdentity, build_profile
     from topotuner_lab.weights.snapshot import load_snapshot
 

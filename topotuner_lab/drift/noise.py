@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from topotuner_lab.drift.columns import DEFAULT_METRIC
+
 #: below this median fine-tune / noise drift ratio a ranking is called within the noise floor
 NOISE_RATIO_MIN = 2.0
 NOISE_SCALE = 1e-3
@@ -46,7 +48,7 @@ class NoiseCheck:
 
 
 def noise_check(
-    table: pd.DataFrame, noise: Sequence[pd.DataFrame], metric: str = "h0_w1", *, warn: bool = False
+    table: pd.DataFrame, noise: Sequence[pd.DataFrame], metric: str = DEFAULT_METRIC, *, warn: bool = False
 ) -> NoiseCheck:
     """Compare ``table[metric]`` with the same column of the ``noise`` tables (one per perturbation seed)."""
     drift = table.set_index("pid")[metric].astype(float)

@@ -13,8 +13,9 @@ import pandas as pd
 
 from topotuner_lab._io import atomic
 from topotuner_lab._io.errors import InputFileError
-from topotuner_lab.drift.compute import DriftSettings, load_table
 from topotuner_lab.drift.noise import NOISE_SCALE, noise_check
+from topotuner_lab.drift.settings import DriftSettings
+from topotuner_lab.drift.tables import load_table
 from topotuner_lab.lab.plots import drift_heatmaps, save_figure
 from topotuner_lab.profiles.card import NORMALIZATIONS, ModelIdentity, build_profile
 from topotuner_lab.study.claims import (

@@ -440,7 +440,7 @@ def build_profile(
         parameters (0.01 is 1%; the CLI's ``--budget`` takes percent).
     normalization : one of ``NORMALIZATIONS`` (see :func:`normalized_scores`); ``noise`` tables for ``noise-z``.
     """
-    from topotuner_lab.drift.compute import numeric_columns
+    from topotuner_lab.drift.columns import rankable as numeric_columns
 
     if strategy not in STRATEGIES:
         raise ProfileError(f"unknown strategy {strategy!r}", f"use one of {', '.join(STRATEGIES)}")

@@ -26,8 +26,9 @@ import pandas as pd
 
 from topotuner_lab._io import atomic
 from topotuner_lab._io.errors import ParameterError
-from topotuner_lab.drift.compute import DriftSettings, save_table
 from topotuner_lab.drift.noise import noise_check
+from topotuner_lab.drift.settings import DriftSettings
+from topotuner_lab.drift.tables import save_table
 from topotuner_lab.lab.report import markdown_table
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard, build_profile
 from topotuner_lab.study.claims import method_family, strategy_of

@@ -20,7 +20,7 @@ from topotuner_lab._io.errors import TopoTunerError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from topotuner_lab.drift.compute import DriftSettings
+    from topotuner_lab.drift.settings import DriftSettings
     from topotuner_lab.training.finetune import FinetuneConfig
     from topotuner_lab.weights.models import LoadedModel
     from topotuner_lab.weights.snapshot import Snapshot
@@ -159,7 +159,9 @@ def drift_table_once(
     """The drift table at ``path``, reused only if it was computed from ``before``'s weights with ``settings``."""
     import json
 
-    from topotuner_lab.drift.compute import DriftSettings, drift_table, load_table, save_table
+    from topotuner_lab.drift.compute import drift_table
+    from topotuner_lab.drift.settings import DriftSettings
+    from topotuner_lab.drift.tables import load_table, save_table
 
     settings = settings or DriftSettings()
 

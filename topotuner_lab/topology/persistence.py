@@ -13,33 +13,27 @@ from typing import Literal
 
 import numpy as np
 
+from topotuner_lab._io.config import NON_NEGATIVE_INT, POSITIVE_INT, Check, Config, is_int, opt, optional
 from topotuner_lab._io.errors import InvalidMatrixError, ParameterError
 
 Metric = Literal["euclidean", "cosine"]
 METRICS: tuple[str, ...] = ("euclidean", "cosine")
+AT_LEAST_3_ROWS = Check(lambda v: is_int(v) and v >= 3, "a row count >= 3")
 
 
 @dataclass(frozen=True)
-class PersistenceSettings:
+class PersistenceSettings(Config):
     """How a diagram is computed; part of every cache key."""
 
-    maxdim: int = 1
-    metric: Metric = "euclidean"
-    n_perm: int | None = None  # greedy-permutation subsample size for H1 (None: all rows)
-    seed: int = 0  # start point of the greedy permutation
-    n_threads: int = 1
+    label = "persistence settings"
 
-    def __post_init__(self) -> None:
-        if self.maxdim not in (0, 1):
-            raise ParameterError(
-                f"maxdim={self.maxdim!r} is not supported", "use maxdim=0 (H0) or maxdim=1 (H0 and H1)"
-            )
-        if self.metric not in METRICS:
-            raise ParameterError(f"unknown metric {self.metric!r}", f"use one of {', '.join(METRICS)}")
-        if self.n_perm is not None and (not isinstance(self.n_perm, int) or self.n_perm < 3):
-            raise ParameterError(
-                f"n_perm={self.n_perm!r} is not a row count >= 3", "pass an integer >= 3, or None for all rows"
-            )
+    maxdim: int = opt(1, "highest homology dimension: 0 (H0) or 1 (H0 and H1)", choices=(0, 1))
+    metric: Metric = opt("euclidean", "distance between rows", choices=METRICS)
+    n_perm: int | None = opt(
+        None, "greedy-permutation subsample size for H1 (None: all rows)", check=optional(AT_LEAST_3_ROWS)
+    )
+    seed: int = opt(0, "start point of the greedy permutation", check=NON_NEGATIVE_INT)
+    n_threads: int = opt(1, "threads for H1 (giotto-ph)", check=POSITIVE_INT)
 
     def key(self) -> dict[str, object]:
         """Settings that change the diagram (threads do not)."""

@@ -19,7 +19,9 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from topotuner_lab._io.errors import ParameterError
-from topotuner_lab.drift.compute import DriftCache, DriftSettings, drift_between
+from topotuner_lab.drift.cache import DriftCache
+from topotuner_lab.drift.compute import drift_between
+from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.study.claims import EARLIEST_STOP
 from topotuner_lab.weights.projections import enumerate_projections
 

@@ -1,0 +1,156 @@
+"""One idiom for every settings object: frozen dataclasses whose fields carry their help, choices and check.
+
+A field is declared once with :func:`opt`; :class:`Config` validates every field on creation (a bad value is a
+:class:`ParameterError` naming the field and the fix), converts to and from plain dicts (JSON, preset files, cache
+keys), and the CLI generates its options from the same metadata (``cli.options``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from topotuner_lab._io.errors import ParameterError
+
+C = TypeVar("C", bound="Config")
+
+
+@dataclass(frozen=True)
+class Check:
+    """A test of one value and what a passing value is (``"a whole number >= 1"``), for the error message."""
+
+    test: Callable[[Any], bool]
+    wanted: str
+
+    def __call__(self, value: Any) -> bool:
+        """Whether ``value`` passes; a test that raises (a wrong type) counts as a failure."""
+        try:
+            return bool(self.test(value))
+        except (TypeError, ValueError):
+            return False
+
+
+def is_int(value: Any) -> bool:
+    """A true integer (``bool`` is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_real(value: Any) -> bool:
+    """A finite real number (``bool`` is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+POSITIVE_INT = Check(lambda v: is_int(v) and v >= 1, "a whole number >= 1")
+NON_NEGATIVE_INT = Check(lambda v: is_int(v) and v >= 0, "a whole number >= 0")
+OPEN_UNIT = Check(lambda v: is_real(v) and 0 < v < 1, "a number in (0, 1)")
+POSITIVE = Check(lambda v: is_real(v) and v > 0, "a positive finite number")
+
+
+def optional(check: Check) -> Check:
+    """``check``, or None."""
+    return Check(lambda v: v is None or check(v), f"{check.wanted}, or None")
+
+
+def opt(
+    default: Any,
+    help: str,
+    *,
+    choices: tuple[Any, ...] | None = None,
+    check: Check | None = None,
+    flags: tuple[str, ...] | None = None,
+    parse: Callable[[str], Any] | None = None,
+    cli: bool = True,
+) -> Any:
+    """A config field: its default, the help the CLI shows, the allowed ``choices`` and a ``check`` of its value.
+
+    ``flags`` and ``parse`` override the generated CLI option (``--field-name``, parsed as the default's type);
+    ``cli=False`` keeps a field off the command line. Mutable defaults (dicts) are copied per instance.
+    """
+    metadata = {"help": help, "choices": choices, "check": check, "flags": flags, "parse": parse, "cli": cli}
+    if isinstance(default, (dict, list, set)):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    if isinstance(default, Config):
+        return field(default_factory=lambda: dataclasses.replace(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+class Config:
+    """Base of the settings dataclasses (declare them ``@dataclass(frozen=True)`` with :func:`opt` fields).
+
+    Every field is checked on creation against its ``choices`` and ``check``; :meth:`check` adds the rules that
+    relate several fields. ``to_dict`` / ``from_dict`` round-trip through plain JSON values.
+    """
+
+    #: what the object is called in error messages (``"drift settings"``)
+    label: ClassVar[str] = "settings"
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(f.default, tuple) and isinstance(value, list):  # JSON and callers give lists
+                value = tuple(value)
+                object.__setattr__(self, f.name, value)
+            choices, check = f.metadata.get("choices"), f.metadata.get("check")
+            if choices is not None and value not in choices:
+                raise ParameterError(
+                    f"{self.label}: {f.name}={value!r} is not one of {', '.join(map(str, choices))}",
+                    f"use one of {', '.join(map(str, choices))}",
+                )
+            if check is not None and not check(value):
+                raise ParameterError(
+                    f"{self.label}: {f.name}={value!r} is not {check.wanted}", f"give {f.name} as {check.wanted}"
+                )
+        self.check()
+
+    def check(self) -> None:
+        """Rules across fields; raise :class:`ParameterError` when one is broken (none by default)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as plain JSON values (tuples as lists, nested settings as dicts)."""
+        return _plain(dataclasses.asdict(self))  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
+        """Settings from :meth:`to_dict`'s output (lists back to tuples, nested settings rebuilt); unknown keys
+        are refused."""
+        if not isinstance(data, Mapping):
+            raise ParameterError(
+                f"{cls.label} must be a mapping of field to value, got {type(data).__name__}", "pass a dict"
+            )
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise ParameterError(f"{cls.label} has no field(s) {unknown}", f"known fields: {sorted(fields)}")
+        hints = typing.get_type_hints(cls)
+        return cls(**{name: _typed(hints[name], value) for name, value in data.items()})
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _typed(hint: Any, value: Any) -> Any:
+    """``value`` from JSON shaped as ``hint`` wants it: a nested Config, a tuple, a dict of tuples."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None or len(options) != 1:
+            return value
+        return _typed(options[0], value)
+    if isinstance(hint, type) and issubclass(hint, Config) and isinstance(value, Mapping):
+        return hint.from_dict(value)
+    if origin is tuple and isinstance(value, list):
+        return tuple(value)
+    if origin is dict and isinstance(value, Mapping):
+        args = typing.get_args(hint)
+        return {k: _typed(args[1], v) for k, v in value.items()} if len(args) == 2 else dict(value)
+    return value

@@ -1,0 +1,124 @@
+"""The drift cache: diagrams per matrix and finished rows per matrix pair, on disk, keyed by content.
+
+Every entry stores its own key and a checksum of its content; an entry that does not verify is recomputed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from topotuner_lab._io import atomic
+from topotuner_lab._io.config import is_int
+from topotuner_lab._io.errors import ParameterError
+from topotuner_lab._io.paths import cache_dir
+from topotuner_lab.drift.settings import CACHE_VERSION, DriftSettings
+from topotuner_lab.topology.persistence import Diagrams, PersistenceSettings, diagrams
+
+
+def is_number(value: Any) -> bool:
+    """An int or float, not a bool (what a cached row may hold)."""
+    return is_int(value) or isinstance(value, float)
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.blake2b(json.dumps(obj, sort_keys=True).encode(), digest_size=16).hexdigest()
+
+
+def _arrays_digest(arrays: list[np.ndarray]) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    for arr in arrays:
+        arr = np.ascontiguousarray(arr, dtype=np.float64)
+        digest.update(str(arr.shape).encode())
+        digest.update(arr.data)
+    return digest.hexdigest()
+
+
+@dataclass
+class DriftCache:
+    """On-disk cache of diagrams (``.npz``) and finished rows (``.json``); ``root=None`` disables it.
+
+    Every entry stores its own key and a checksum of its content. An entry that cannot be read, was
+    written for another key (swapped or renamed files), or fails its checksum (bit flips, truncation)
+    is recomputed and rewritten, never trusted. Rows hold only what the matrix pair determines: the
+    projection id is added when the table is assembled, so identical pairs under two ids share one entry.
+    """
+
+    root: Path | None = field(default_factory=lambda: cache_dir() / "drift")
+
+    def _path(self, kind: str, key: str, suffix: str) -> Path | None:
+        return None if self.root is None else Path(self.root) / kind / key[:2] / f"{key}{suffix}"
+
+    def check_writable(self) -> None:
+        """Raise a clear error now, before any work, when the cache folder cannot be created or written."""
+        if self.root is None:
+            return
+        root = Path(self.root)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=root, prefix=".probe-"):
+                pass
+        except OSError as exc:
+            raise ParameterError(
+                f"cannot write the drift cache at {root} ({exc.strerror or exc})",
+                "pass --cache with a writable folder, or --no-cache",
+            ) from exc
+
+    def _read_diagrams(self, path: Path, key: str, maxdim: int) -> Diagrams | None:
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                dgms = [np.asarray(data[f"h{k}"], dtype=np.float64) for k in range(maxdim + 1)]
+                ok = str(data["key"]) == key and str(data["checksum"]) == _arrays_digest(dgms)
+        except Exception:  # noqa: BLE001 - any unreadable entry (zip, zlib, EOF, missing member) is recomputed
+            return None
+        if not ok or any(d.ndim != 2 or d.shape[1] != 2 for d in dgms):
+            return None
+        return Diagrams(dgms)
+
+    def diagrams(self, mhash: str, settings: PersistenceSettings, matrix: np.ndarray) -> Diagrams:
+        """Diagrams of ``matrix`` (hash ``mhash``), from a verified cache entry or computed and stored."""
+        key = _digest([mhash, settings.key(), CACHE_VERSION])
+        path = self._path("diagrams", key, ".npz")
+        if path is not None and path.is_file():
+            cached = self._read_diagrams(path, key, settings.maxdim)
+            if cached is not None:
+                return cached
+        dgms = diagrams(matrix, settings)
+        if path is not None:
+            arrays = {f"h{k}": d for k, d in enumerate(dgms.dgms)}
+            with atomic.atomic_path(path) as tmp:
+                with open(tmp, "wb") as fh:
+                    np.savez(fh, key=np.array(key), checksum=np.array(_arrays_digest(dgms.dgms)), **arrays)
+        return dgms
+
+    def row_key(self, hash_a: str, hash_b: str, settings: DriftSettings) -> str:
+        return _digest([hash_a, hash_b, settings.key()])
+
+    def get_row(self, key: str, columns: list[str] | None = None) -> dict[str, Any] | None:
+        """The values of a finished pair, or None when absent or not verified (then it is recomputed)."""
+        path = self._path("rows", key, ".json")
+        if path is None or not path.is_file():
+            return None
+        try:
+            entry = json.loads(path.read_bytes().decode("utf-8"))
+        except (ValueError, OSError, RecursionError):
+            return None
+        if not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("values"), dict):
+            return None
+        values = entry["values"]
+        if entry.get("checksum") != _digest(values) or not all(is_number(v) for v in values.values()):
+            return None
+        if columns is not None and not set(columns) <= set(values):
+            return None
+        return values
+
+    def put_row(self, key: str, values: dict[str, Any]) -> None:
+        path = self._path("rows", key, ".json")
+        if path is not None:
+            atomic.write_json(path, {"key": key, "checksum": _digest(values), "values": values})

@@ -1,0 +1,81 @@
+"""What a drift table measures (:class:`DriftSettings`); part of every cache key and recorded in every table."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from topotuner_lab._io.config import NON_NEGATIVE_INT, Check, Config, is_real, opt, optional
+from topotuner_lab.drift import columns
+from topotuner_lab.topology.distances import SOLVERS, Solver
+from topotuner_lab.topology.persistence import AT_LEAST_3_ROWS, METRICS, Metric, PersistenceSettings
+
+#: bumped when a cached value would change meaning; part of every cache key
+CACHE_VERSION = 2
+
+ORDERS = Check(
+    lambda v: isinstance(v, tuple) and len(v) > 0 and all(is_real(p) and p >= 1 for p in v),
+    "a non-empty tuple of Wasserstein orders, each a finite number >= 1 (e.g. orders=(1, 2))",
+)
+SUBSAMPLE = optional(AT_LEAST_3_ROWS)
+
+
+@dataclass(frozen=True)
+class DriftSettings(Config):
+    """What the drift table measures; part of every cache key.
+
+    Parameters
+    ----------
+    maxdim : 0 for H0 only, 1 for H0 and H1.
+    metric : distance between rows, ``"euclidean"`` or ``"cosine"`` (1 - cos).
+    orders : Wasserstein orders p (each >= 1): one ``h{k}_w{p}`` column per dimension and order.
+    bottleneck : also the bottleneck distance (``h{k}_bottleneck``).
+    solver : Wasserstein solver for H1 (``"auto"``: the exact assignment up to ``distances.ASSIGNMENT_UP_TO``
+        points, exact POT up to ``distances.HERA_ABOVE``, hera beyond; see :func:`distances.wasserstein`).
+    n_perm, seed : optional greedy subsample of rows for H1 (approximate; None = all rows).
+    magnitude : also the magnitude baselines (``rel_frobenius``, ``rel_spectral``, ``row_cosine_change``); the
+        magnitude control card ranks by ``rel_frobenius``. Off for a topology-only table (early stopping).
+    """
+
+    label = "drift settings"
+
+    maxdim: int = opt(1, "highest homology dimension: 0 (H0) or 1 (H0 and H1)", choices=(0, 1))
+    metric: Metric = opt("euclidean", "distance between rows", choices=METRICS)
+    orders: tuple[float, ...] = opt((1.0, 2.0), "Wasserstein orders, each >= 1", check=ORDERS, flags=("-p",))
+    bottleneck: bool = opt(True, "also the bottleneck distance")
+    solver: Solver = opt("auto", "Wasserstein solver for H1 diagrams", choices=SOLVERS)
+    n_perm: int | None = opt(None, "greedy subsample size for H1 (approximate; default: all rows)", check=SUBSAMPLE)
+    seed: int = opt(0, "start point of the greedy subsample", check=NON_NEGATIVE_INT)
+    magnitude: bool = opt(True, "also the magnitude baselines (the magnitude control card needs them)")
+
+    def persistence(self, n_threads: int = 1) -> PersistenceSettings:
+        """The diagram settings these drift settings imply (threads do not change a diagram)."""
+        return PersistenceSettings(self.maxdim, self.metric, self.n_perm, self.seed, n_threads)
+
+    def key(self) -> dict[str, Any]:
+        """The cache key: every field (orders as floats) and the cache version."""
+        key = {**asdict(self), "orders": [float(p) for p in self.orders], "v": CACHE_VERSION}
+        if self.magnitude:  # the default, and the only behaviour before the switch: earlier cache entries stay valid
+            del key["magnitude"]
+        return key
+
+    @classmethod
+    def from_key(cls, key: dict[str, Any]) -> DriftSettings:
+        """Settings from a :meth:`key` (as a card or a table records it)."""
+        return cls.from_dict({k: v for k, v in key.items() if k != "v"})
+
+    def columns(self) -> list[str]:
+        """The drift columns a table of these settings holds, per dimension: each order, then the bottleneck."""
+        cols = []
+        for dim in range(self.maxdim + 1):
+            cols += [columns.wasserstein(dim, p) for p in self.orders]
+            cols += [columns.bottleneck(dim)] if self.bottleneck else []
+        return cols
+
+    def value_columns(self) -> list[str]:
+        """Every column a pair's cached values hold for these settings."""
+        dims = range(self.maxdim + 1)
+        sizes = [columns.diagram_size(dim, side) for dim in dims for side in ("before", "after")]
+        persistence = [columns.total_persistence(dim) for dim in dims]
+        magnitude = list(columns.MAGNITUDE_COLUMNS) if self.magnitude else []
+        return ["rows", "cols", *self.columns(), *sizes, *persistence, *magnitude]
