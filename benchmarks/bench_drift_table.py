@@ -19,8 +19,9 @@ from joblib.externals.loky import get_reusable_executor
 from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_between
 from topotuner_lab.drift.settings import DriftSettings
+from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import load_model
-from topotuner_lab.weights.snapshot import extract_snapshot, load_snapshot, perturb_snapshot
+from topotuner_lab.weights.snapshot import load_snapshot, perturb_snapshot
 
 #: real fine-tunes the benchmark prefers to a random perturbation, when a reproduce run has left one
 REAL_FINE_TUNES = ("reproduce-cpu-small/prior-agnews", "reproduce-compare/prior-sst2")

@@ -46,9 +46,11 @@ def cards(tmp: Path) -> dict[str, Path]:
     from topotuner_lab.drift.cache import DriftCache
     from topotuner_lab.drift.compute import drift_table
     from topotuner_lab.drift.tables import load_table
-    from topotuner_lab.profiles.card import ModelIdentity, build_profile
+    from topotuner_lab.profiles.card import ModelIdentity
+    from topotuner_lab.profiles.select import build_profile
+    from topotuner_lab.weights.extract import extract_snapshot
     from topotuner_lab.weights.models import load_model
-    from topotuner_lab.weights.snapshot import extract_snapshot, perturb_snapshot
+    from topotuner_lab.weights.snapshot import perturb_snapshot
 
     loaded = load_model()
     pre = extract_snapshot(loaded)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from topotuner_lab._io.paths import model_cache_dir
+from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import build_tiny_model
-from topotuner_lab.weights.snapshot import extract_snapshot
 
 
 @pytest.fixture(autouse=True)

@@ -11,8 +11,9 @@ from topotuner_lab.drift.columns import MAGNITUDE_COLUMNS
 from topotuner_lab.drift.compute import drift_between, drift_table
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.drift.tables import load_table, save_table
+from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import build_tiny_model
-from topotuner_lab.weights.snapshot import extract_snapshot, perturb_snapshot
+from topotuner_lab.weights.snapshot import perturb_snapshot
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -6,9 +7,12 @@ import pytest
 from topotuner_lab._io.errors import ProfileError
 from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
-from topotuner_lab.profiles.card import ModelIdentity, ProfileCard, build_profile
+from topotuner_lab.profiles.apply import identity_of
+from topotuner_lab.profiles.card import ProfileCard
+from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.training.finetune import FinetuneConfig, lora_rank_for, run_finetune, stop_threshold_for
-from topotuner_lab.weights.snapshot import extract_snapshot, load_snapshot, perturb_snapshot
+from topotuner_lab.weights.extract import extract_snapshot
+from topotuner_lab.weights.snapshot import load_snapshot, perturb_snapshot
 
 TINY = dict(n_train=16, n_test=8, n_ood=8, n_ppl=2, batch_size=8, max_length=40, learning_rate=1e-3)
 
@@ -16,7 +20,7 @@ TINY = dict(n_train=16, n_test=8, n_ood=8, n_ppl=2, batch_size=8, max_length=40,
 @pytest.fixture
 def card_path(tiny_llama, tiny_snapshot, tmp_path):
     table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1, cache=DriftCache(None))
-    card = build_profile(table, ModelIdentity.of(tiny_llama.model, "tiny-llama"), prior_task="sst2", count=2)
+    card = build_profile(table, identity_of(tiny_llama.model, "tiny-llama"), prior_task="sst2", count=2)
     return card.save(tmp_path / "card.json")
 
 
@@ -145,7 +149,7 @@ def test_stop_threshold_card_reads_the_cards_own(card_path):
     cfg = FinetuneConfig(method="profile", profile=str(card_path), stop_threshold="card")
     with pytest.raises(ProfileError, match="records no stopping threshold"):
         stop_threshold_for(cfg, card)
-    card.stop_threshold = 0.4
+    card = replace(card, stop_threshold=0.4)
     assert stop_threshold_for(cfg, card) == 0.4
     assert stop_threshold_for(FinetuneConfig(method="profile", profile=str(card_path), stop_threshold=0.7), card) == 0.7
 

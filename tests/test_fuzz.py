@@ -15,9 +15,11 @@ from hypothesis import strategies as st
 from topotuner_lab._io.errors import TopoTunerError
 from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
-from topotuner_lab.profiles.card import ModelIdentity, ProfileCard, build_profile
+from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
+from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import build_tiny_model
-from topotuner_lab.weights.snapshot import extract_snapshot, load_snapshot, perturb_snapshot, save_snapshot
+from topotuner_lab.weights.snapshot import load_snapshot, perturb_snapshot, save_snapshot
 
 FUZZ = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]

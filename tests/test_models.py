@@ -2,9 +2,9 @@ import pytest
 import torch
 
 from topotuner_lab._io.errors import ModelLoadError
+from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import build_tiny_model, embedded_gguf_path, load_model
 from topotuner_lab.weights.projections import enumerate_projections
-from topotuner_lab.weights.snapshot import extract_snapshot
 
 
 def test_tiny_models_are_deterministic():

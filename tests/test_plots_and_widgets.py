@@ -8,7 +8,8 @@ from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.lab import plots
 from topotuner_lab.lab.widgets import ProfileBuilder, ProjectionPicker
-from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
+from topotuner_lab.profiles.apply import identity_of
+from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.topology.persistence import diagrams
 from topotuner_lab.weights.snapshot import perturb_snapshot
 
@@ -69,7 +70,7 @@ def test_projection_picker():
 
 
 def test_profile_builder_follows_controls(table, tiny_llama, tmp_path):
-    identity = ModelIdentity.of(tiny_llama.model, "tiny-llama")
+    identity = identity_of(tiny_llama.model, "tiny-llama")
     builder = ProfileBuilder(table, identity, "sst2", tmp_path)
     assert (
         builder.normalization.value == "per-point" and "noise-z" not in builder.normalization.options

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -5,16 +7,19 @@ import torch
 from topotuner_lab._io.errors import InputFileError, ProfileError
 from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
-from topotuner_lab.profiles.card import ModelIdentity, ProfileCard, apply_profile, build_profile
+from topotuner_lab.profiles.apply import apply_profile, identity_of
+from topotuner_lab.profiles.card import ProfileCard
+from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import build_tiny_model
 from topotuner_lab.weights.projections import count_parameters
-from topotuner_lab.weights.snapshot import extract_snapshot, perturb_snapshot
+from topotuner_lab.weights.snapshot import perturb_snapshot
 
 
 @pytest.fixture
 def setup(tiny_llama, tiny_snapshot):
     table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1, cache=DriftCache(None))
-    identity = ModelIdentity.of(tiny_llama.model, "tiny-llama")
+    identity = identity_of(tiny_llama.model, "tiny-llama")
     return tiny_llama, table, identity
 
 
@@ -22,7 +27,8 @@ def test_selection_by_count_follows_the_ranking(setup):
     _, table, identity = setup
     high = build_profile(table, identity, prior_task="sst2", strategy="high-drift", count=3)
     low = build_profile(table, identity, prior_task="sst2", strategy="low-drift", count=3)
-    by_drift = table.sort_values("h0_w1", kind="stable").pid.tolist()
+    per_point = table.assign(score=table["h0_w1"] / table["n_h0_before"])  # the default normalization
+    by_drift = per_point.sort_values("score", kind="stable").pid.tolist()
     assert set(high.trainable) == set(by_drift[-3:])
     assert set(low.trainable) == set(by_drift[:3])
     assert set(high.trainable) | set(high.frozen) == set(table.pid) and not set(high.trainable) & set(high.frozen)
@@ -140,9 +146,9 @@ def test_fused_gpt2_rows_are_masked():
     loaded = build_tiny_model("tiny-gpt2")
     snap = extract_snapshot(loaded)
     table = drift_table(snap, perturb_snapshot(snap, 0.05), n_jobs=1, cache=DriftCache(None))
-    identity = ModelIdentity.of(loaded.model, "tiny-gpt2")
+    identity = identity_of(loaded.model, "tiny-gpt2")
     card = build_profile(table, identity, prior_task="sst2", count=1, metric="h0_w1")
-    card.trainable, card.frozen = ["L0.k"], [p for p in identity.shapes if p != "L0.k"]
+    card = replace(card, trainable=["L0.k"], frozen=[p for p in identity.shapes if p != "L0.k"])
     model = loaded.model
     apply_profile(model, card)
     fused = model.transformer.h[0].attn.c_attn.weight

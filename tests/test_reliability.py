@@ -9,7 +9,8 @@ from topotuner_lab._io import atomic
 from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.settings import DriftSettings
-from topotuner_lab.profiles.card import ModelIdentity, build_profile
+from topotuner_lab.profiles.apply import identity_of
+from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.weights.snapshot import load_snapshot, perturb_snapshot, save_snapshot
 
 
@@ -63,7 +64,7 @@ def test_same_inputs_same_table_bit_for_bit(tmp_path, tiny_snapshot):
 
 def test_same_seed_same_profile(tiny_llama, tiny_snapshot):
     table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1, cache=DriftCache(None))
-    identity = ModelIdentity.of(tiny_llama.model, "tiny-llama")
+    identity = identity_of(tiny_llama.model, "tiny-llama")
     cards = [
         build_profile(table, identity, prior_task="sst2", strategy="random", fraction=0.05, seed=9) for _ in range(2)
     ]

@@ -3,14 +3,9 @@ import pytest
 from safetensors.numpy import save_file
 
 from topotuner_lab._io.errors import InputFileError, SnapshotMismatchError
+from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import build_tiny_model
-from topotuner_lab.weights.snapshot import (
-    check_comparable,
-    extract_snapshot,
-    load_snapshot,
-    perturb_snapshot,
-    save_snapshot,
-)
+from topotuner_lab.weights.snapshot import check_comparable, load_snapshot, perturb_snapshot, save_snapshot
 
 
 def test_round_trip_keeps_matrices_and_metadata(tmp_path, tiny_snapshot):

@@ -9,8 +9,9 @@ import torch
 import topotuner_lab.weights.models as models_mod
 from topotuner_lab._io.errors import ModelLoadError
 from topotuner_lab.cli import main
+from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import build_tiny_model
-from topotuner_lab.weights.snapshot import extract_snapshot, load_snapshot
+from topotuner_lab.weights.snapshot import load_snapshot
 from topotuner_lab.weights.streaming import stream_snapshot
 
 

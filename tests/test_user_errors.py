@@ -23,15 +23,10 @@ from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.executors import check_jobs
 from topotuner_lab.drift.tables import save_table
+from topotuner_lab.profiles.card import SCHEMA_VERSION
+from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import build_tiny_model, load_model
-from topotuner_lab.weights.snapshot import (
-    Snapshot,
-    check_comparable,
-    extract_snapshot,
-    load_snapshot,
-    perturb_snapshot,
-    save_snapshot,
-)
+from topotuner_lab.weights.snapshot import Snapshot, check_comparable, load_snapshot, perturb_snapshot, save_snapshot
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str]:
@@ -264,7 +259,7 @@ def test_card_markdown_view_never_replaces_a_json_card(files, tmp_path, capsys):
     code, _ = run_profile(capsys, table, pre, tmp_path / "card.json", "--spectrum", yaml)
     assert (
         code == 0
-        and json.loads((tmp_path / "card.json").read_text())["schema_version"] == 1
+        and json.loads((tmp_path / "card.json").read_text())["schema_version"] == SCHEMA_VERSION
         and (tmp_path / "card.md").read_text().startswith("#")
     )
 

@@ -6,74 +6,75 @@ topology-based early stopping.
 
 The main entry points are importable from the package itself::
 
-    from topotuner_lab.weights.models import load_model
-    from topotuner_lab.drift.compute import drift_table
-    from topotuner_lab.drift.settings import DriftSettings
-    from topotuner_lab.profiles.card import build_profile, ProfileCard
+    from topotuner_lab import load_model, drift_table, DriftSettings, build_profile, ProfileCard
 
 They load lazily, so ``import topotuner_lab`` stays light (drift worker processes never import torch).
+The package is built in floors, each importing only from the ones below it (checked by ``make lint``)::
+
+    cli        the ``topotuner-lab`` command
+    lab        figures, widgets, the Markdown report, the notebooks' facade and runner
+    study      presets, the planned runs, the resumable protocol, claims and statistics
+    training   config, trainer, callbacks (early stopping), evaluation, results
+    tasks      task specs and data loading
+    profiles   card schema and JSON (no torch), selection, apply (torch), compare
+    drift      settings, columns, cache, pairs, executors, tables, noise floor
+    weights    projections, snapshots, extraction, streaming, model loading
+    topology   persistence diagrams, diagram distances, magnitude baselines (numpy/scipy only)
+    _io        errors, config idiom, atomic writes, paths, output checks
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
-__version__ = "0.2.0"
+from topotuner_lab._io.lazy import lazy_exports
+
+try:
+    __version__ = version("topotuner-lab")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
 #: public name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    "diagrams": "topology.persistence",
-    "PersistenceSettings": "topology.persistence",
-    "wasserstein": "topology.distances",
-    "bottleneck": "topology.distances",
-    "drift_table": "drift.compute",
-    "DriftSettings": "drift.compute",
-    "DriftCache": "drift.compute",
-    "Snapshot": "weights.snapshot",
-    "extract_snapshot": "weights.snapshot",
-    "load_snapshot": "weights.snapshot",
-    "save_snapshot": "weights.snapshot",
-    "stream_snapshot": "weights.streaming",
-    "ProfileCard": "profiles.card",
-    "ModelIdentity": "profiles.card",
-    "build_profile": "profiles.card",
-    "apply_profile": "profiles.card",
-    "TopologicalEarlyStopping": "training.early_stopping",
-    "load_model": "weights.models",
-    "FinetuneConfig": "training.finetune",
-    "run_finetune": "training.finetune",
-    "TopoTunerError": "_io.errors",
+    "Diagrams": ".topology.persistence",
+    "PersistenceSettings": ".topology.persistence",
+    "diagrams": ".topology.persistence",
+    "wasserstein": ".topology.distances",
+    "bottleneck": ".topology.distances",
+    "Snapshot": ".weights.snapshot",
+    "load_snapshot": ".weights.snapshot",
+    "save_snapshot": ".weights.snapshot",
+    "perturb_snapshot": ".weights.snapshot",
+    "extract_snapshot": ".weights.extract",
+    "stream_snapshot": ".weights.streaming",
+    "load_model": ".weights.models",
+    "DriftSettings": ".drift.settings",
+    "DriftCache": ".drift.cache",
+    "drift_table": ".drift.compute",
+    "load_table": ".drift.tables",
+    "save_table": ".drift.tables",
+    "noise_check": ".drift.noise",
+    "ProfileCard": ".profiles.card",
+    "ModelIdentity": ".profiles.card",
+    "build_profile": ".profiles.select",
+    "apply_profile": ".profiles.apply",
+    "compare_cards": ".profiles.compare",
+    "TopologicalEarlyStopping": ".training.early_stopping",
+    "FinetuneConfig": ".training.finetune",
+    "run_finetune": ".training.finetune",
+    "TopoTunerError": "._io.errors",
+    "InputFileError": "._io.errors",
+    "ModelLoadError": "._io.errors",
+    "UnsupportedArchitectureError": "._io.errors",
+    "SnapshotMismatchError": "._io.errors",
+    "InvalidMatrixError": "._io.errors",
+    "ProfileError": "._io.errors",
+    "TaskError": "._io.errors",
+    "ParameterError": "._io.errors",
 }
-__all__ = [
-    "DriftCache",
-    "DriftSettings",
-    "FinetuneConfig",
-    "ModelIdentity",
-    "PersistenceSettings",
-    "ProfileCard",
-    "Snapshot",
-    "TopoTunerError",
-    "TopologicalEarlyStopping",
-    "apply_profile",
-    "bottleneck",
-    "build_profile",
-    "diagrams",
-    "drift_table",
-    "extract_snapshot",
-    "load_model",
-    "load_snapshot",
-    "run_finetune",
-    "save_snapshot",
-    "stream_snapshot",
-    "wasserstein",
-]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(f"module 'topotuner_lab' has no attribute {name!r}")
+__all__ = sorted(_EXPORTS)
+__getattr__, _dir = lazy_exports(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:
@@ -81,15 +82,31 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names above load on first use
-    from topotuner_lab._io.errors import TopoTunerError
+    from topotuner_lab._io.errors import (
+        InputFileError,
+        InvalidMatrixError,
+        ModelLoadError,
+        ParameterError,
+        ProfileError,
+        SnapshotMismatchError,
+        TaskError,
+        TopoTunerError,
+        UnsupportedArchitectureError,
+    )
     from topotuner_lab.drift.cache import DriftCache
     from topotuner_lab.drift.compute import drift_table
+    from topotuner_lab.drift.noise import noise_check
     from topotuner_lab.drift.settings import DriftSettings
-    from topotuner_lab.profiles.card import ModelIdentity, ProfileCard, apply_profile, build_profile
+    from topotuner_lab.drift.tables import load_table, save_table
+    from topotuner_lab.profiles.apply import apply_profile
+    from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
+    from topotuner_lab.profiles.compare import compare_cards
+    from topotuner_lab.profiles.select import build_profile
     from topotuner_lab.topology.distances import bottleneck, wasserstein
-    from topotuner_lab.topology.persistence import PersistenceSettings, diagrams
+    from topotuner_lab.topology.persistence import Diagrams, PersistenceSettings, diagrams
     from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
     from topotuner_lab.training.finetune import FinetuneConfig, run_finetune
+    from topotuner_lab.weights.extract import extract_snapshot
     from topotuner_lab.weights.models import load_model
-    from topotuner_lab.weights.snapshot import Snapshot, extract_snapshot, load_snapshot, save_snapshot
+    from topotuner_lab.weights.snapshot import Snapshot, load_snapshot, perturb_snapshot, save_snapshot
     from topotuner_lab.weights.streaming import stream_snapshot

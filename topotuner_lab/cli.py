@@ -24,8 +24,9 @@ SNAPSHOT_SUFFIX = (".safetensors",)
 
 
 def _cmd_extract(args: argparse.Namespace) -> None:
+    from topotuner_lab.weights.extract import extract_snapshot
     from topotuner_lab.weights.models import load_model
-    from topotuner_lab.weights.snapshot import extract_snapshot, load_snapshot, save_snapshot
+    from topotuner_lab.weights.snapshot import load_snapshot, save_snapshot
     from topotuner_lab.weights.streaming import is_streamable, stream_snapshot
 
     check_writable(args.output, "output snapshot", suffixes=SNAPSHOT_SUFFIX)
@@ -105,9 +106,9 @@ def _total_params(args: argparse.Namespace, pretrained: Any) -> int | None:
         return args.total_params
     if args.model is None:
         return None
+    from topotuner_lab.weights.extract import extract_snapshot
     from topotuner_lab.weights.models import load_model
     from topotuner_lab.weights.projections import count_parameters
-    from topotuner_lab.weights.snapshot import extract_snapshot
 
     loaded = load_model(args.model)
     if extract_snapshot(loaded).weights_hash != pretrained.weights_hash:
@@ -122,7 +123,8 @@ def _total_params(args: argparse.Namespace, pretrained: Any) -> int | None:
 def _cmd_profile(args: argparse.Namespace) -> None:
     from topotuner_lab.drift.noise import noise_check
     from topotuner_lab.drift.tables import load_table
-    from topotuner_lab.profiles.card import ModelIdentity, build_profile
+    from topotuner_lab.profiles.card import ModelIdentity
+    from topotuner_lab.profiles.select import build_profile
     from topotuner_lab.weights.snapshot import load_snapshot
 
     output = check_writable(args.output, "card", suffixes=(".json",))

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from topotuner_lab._io.errors import ParameterError
+from topotuner_lab._io.errors import ParameterError, TopoTunerError
 
 C = TypeVar("C", bound="Config")
 
@@ -56,10 +56,15 @@ def optional(check: Check) -> Check:
     return Check(lambda v: v is None or check(v), f"{check.wanted}, or None")
 
 
+#: the default of a field that has none: it must be given
+REQUIRED: Any = dataclasses.MISSING
+
+
 def opt(
     default: Any,
     help: str,
     *,
+    factory: Callable[[], Any] | None = None,
     choices: tuple[Any, ...] | None = None,
     check: Check | None = None,
     flags: tuple[str, ...] | None = None,
@@ -69,9 +74,14 @@ def opt(
     """A config field: its default, the help the CLI shows, the allowed ``choices`` and a ``check`` of its value.
 
     ``flags`` and ``parse`` override the generated CLI option (``--field-name``, parsed as the default's type);
-    ``cli=False`` keeps a field off the command line. Mutable defaults (dicts) are copied per instance.
+    ``cli=False`` keeps a field off the command line. ``REQUIRED`` makes a field without default; ``factory``
+    computes the default per instance (mutable defaults such as dicts are copied per instance anyway).
     """
     metadata = {"help": help, "choices": choices, "check": check, "flags": flags, "parse": parse, "cli": cli}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    if default is REQUIRED:
+        return field(metadata=metadata)
     if isinstance(default, (dict, list, set)):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)
     if isinstance(default, Config):
@@ -88,6 +98,9 @@ class Config:
 
     #: what the object is called in error messages (``"drift settings"``)
     label: ClassVar[str] = "settings"
+    #: the error a bad value raises, and the fix it suggests (default: how to give the field a good value)
+    error: ClassVar[type[TopoTunerError]] = ParameterError
+    remedy: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
@@ -97,18 +110,20 @@ class Config:
                 object.__setattr__(self, f.name, value)
             choices, check = f.metadata.get("choices"), f.metadata.get("check")
             if choices is not None and value not in choices:
-                raise ParameterError(
-                    f"{self.label}: {f.name}={value!r} is not one of {', '.join(map(str, choices))}",
+                self.fail(
+                    f"{f.name}={value!r} is not one of {', '.join(map(str, choices))}",
                     f"use one of {', '.join(map(str, choices))}",
                 )
             if check is not None and not check(value):
-                raise ParameterError(
-                    f"{self.label}: {f.name}={value!r} is not {check.wanted}", f"give {f.name} as {check.wanted}"
-                )
+                self.fail(f"{f.name}={value!r} is not {check.wanted}", f"give {f.name} as {check.wanted}")
         self.check()
 
     def check(self) -> None:
-        """Rules across fields; raise :class:`ParameterError` when one is broken (none by default)."""
+        """Rules across fields; call :meth:`fail` when one is broken (none by default)."""
+
+    def fail(self, problem: str, fix: str) -> typing.NoReturn:
+        """Raise this class's error for ``problem`` (prefixed by its label), with ``fix`` or the class's remedy."""
+        raise self.error(f"{self.label}: {problem}", self.remedy or fix)
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as plain JSON values (tuples as lists, nested settings as dicts)."""
@@ -119,13 +134,17 @@ class Config:
         """Settings from :meth:`to_dict`'s output (lists back to tuples, nested settings rebuilt); unknown keys
         are refused."""
         if not isinstance(data, Mapping):
-            raise ParameterError(
-                f"{cls.label} must be a mapping of field to value, got {type(data).__name__}", "pass a dict"
+            raise cls.error(
+                f"{cls.label} must be a mapping of field to value, not {type(data).__name__}", "pass a dict"
             )
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(data) - set(fields))
-        if unknown:
-            raise ParameterError(f"{cls.label} has no field(s) {unknown}", f"known fields: {sorted(fields)}")
+        missing = [n for n, f in fields.items() if n not in data and f.default is f.default_factory is REQUIRED]
+        if unknown or missing:
+            parts = [unknown and f"has no field(s) {unknown}", missing and f"lacks field(s) {missing}"]
+            raise cls.error(
+                f"{cls.label} " + "; ".join(p for p in parts if p), cls.remedy or f"fields: {sorted(fields)}"
+            )
         hints = typing.get_type_hints(cls)
         return cls(**{name: _typed(hints[name], value) for name, value in data.items()})
 

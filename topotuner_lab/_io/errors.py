@@ -21,7 +21,7 @@ class InputFileError(TopoTunerError):
 
 
 class ModelLoadError(TopoTunerError):
-    """A model could not be found or loaded."""
+    """A model could not be found, downloaded or loaded (a wrong name, a damaged file, missing tokenizer files)."""
 
 
 class UnsupportedArchitectureError(TopoTunerError):

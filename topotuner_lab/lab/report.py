@@ -17,7 +17,8 @@ from topotuner_lab.drift.noise import NOISE_SCALE, noise_check
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.drift.tables import load_table
 from topotuner_lab.lab.plots import drift_heatmaps, save_figure
-from topotuner_lab.profiles.card import NORMALIZATIONS, ModelIdentity, build_profile
+from topotuner_lab.profiles.card import NORMALIZATIONS, ModelIdentity
+from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.study.claims import (
     COMPETITIVE_MARGIN,
     EARLIEST_STOP,

@@ -17,7 +17,8 @@ from topotuner_lab._io import atomic
 from topotuner_lab._io.errors import ProfileError
 from topotuner_lab.drift.noise import noise_check
 from topotuner_lab.lab.plots import drift_heatmaps, update_figure_widget
-from topotuner_lab.profiles.card import NORMALIZATIONS, STRATEGIES, ModelIdentity, ProfileCard, build_profile
+from topotuner_lab.profiles.card import NORMALIZATIONS, STRATEGIES, ModelIdentity, ProfileCard
+from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.weights.projections import parse_pid
 
 

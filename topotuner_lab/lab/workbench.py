@@ -12,7 +12,8 @@ import pandas as pd
 from topotuner_lab.drift.noise import NoiseCheck, noise_check
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.drift.tables import load_table
-from topotuner_lab.profiles.card import ProfileCard, build_profile
+from topotuner_lab.profiles.card import ProfileCard
+from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.study.workspace import WorkDir, drift_table_once, finetune_once, noise_tables_once
 from topotuner_lab.study.workspace import pretrained_snapshot as _pretrained_snapshot
 from topotuner_lab.training.finetune import FinetuneConfig, load_results

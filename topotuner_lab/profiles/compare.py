@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import pandas as pd
 from scipy.stats import spearmanr
 
-from topotuner_lab.profiles.card import ProfileCard, param_counts
+from topotuner_lab.profiles.card import ProfileCard
+from topotuner_lab.profiles.select import param_counts
 from topotuner_lab.weights.projections import KINDS, parse_pid
 
 

@@ -30,7 +30,8 @@ from topotuner_lab.drift.noise import noise_check
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.drift.tables import save_table
 from topotuner_lab.lab.report import markdown_table
-from topotuner_lab.profiles.card import ModelIdentity, ProfileCard, build_profile
+from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
+from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.study.claims import method_family, strategy_of
 from topotuner_lab.study.workspace import (
     WorkDir,

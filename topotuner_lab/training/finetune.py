@@ -22,13 +22,15 @@ from transformers import DataCollatorForSeq2Seq, Trainer, TrainerCallback, Train
 
 from topotuner_lab._io import atomic
 from topotuner_lab._io.errors import InputFileError, ParameterError, ProfileError
-from topotuner_lab.profiles.card import ProfileCard, apply_profile
+from topotuner_lab.profiles.apply import apply_profile
+from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.tasks.specs import TASKS, get_task, load_task
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
 from topotuner_lab.training.evaluation import classification_correct, encode, gsm8k_correct, perplexity
+from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import LoadedModel
 from topotuner_lab.weights.projections import count_parameters, enumerate_projections
-from topotuner_lab.weights.snapshot import extract_snapshot, save_snapshot
+from topotuner_lab.weights.snapshot import save_snapshot
 
 METHODS: tuple[str, ...] = ("full", "lora", "profile")
 DEFAULT_LR = {"full": 3e-5, "lora": 3e-4, "profile": 2e-4}  # untuned defaults, recorded in results

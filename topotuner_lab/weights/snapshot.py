@@ -14,7 +14,6 @@ import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,16 +21,8 @@ from topotuner_lab._io.atomic import atomic_path
 from topotuner_lab._io.errors import InputFileError, ParameterError, SnapshotMismatchError
 from topotuner_lab.weights.projections import (
     PID_PATTERN,
-    count_parameters,
-    enumerate_projections,
-    model_type,
     parse_pid,
 )
-
-if TYPE_CHECKING:  # torch and transformers stay out of drift worker processes
-    import torch
-
-    from topotuner_lab.weights.models import LoadedModel
 
 FORMAT = "topotuner-snapshot/2"
 LEGACY_FORMATS: tuple[str, ...] = ("topotuner-snapshot/1",)  # no metadata hash: read, with a warning
@@ -120,29 +111,6 @@ def metadata_hash(meta: dict[str, str]) -> str:
 def _ordered(matrices: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     order = {"q": 0, "k": 1, "v": 2, "o": 3}
     return dict(sorted(matrices.items(), key=lambda kv: (parse_pid(kv[0])[0], order[parse_pid(kv[0])[1]])))
-
-
-def extract_snapshot(
-    loaded: LoadedModel | torch.nn.Module, *, name: str | None = None, base_model: str | None = None, note: str = ""
-) -> Snapshot:
-    """Copy every attention projection of a model into a float32 snapshot."""
-    import torch
-
-    from topotuner_lab.weights.models import LoadedModel
-
-    if isinstance(loaded, LoadedModel):
-        model, model_name, revision = loaded.model, loaded.name, loaded.revision
-    else:
-        model, model_name, revision = loaded, type(loaded).__name__, "in-memory"
-    model_name = name or model_name
-    with torch.no_grad():
-        matrices = {
-            p.pid: p.matrix(model).detach().to(torch.float32).cpu().numpy().copy() for p in enumerate_projections(model)
-        }
-    base = base_model or getattr(getattr(model, "config", None), "topotuner_base_model", None) or model_name
-    return Snapshot(
-        matrices, model_name, base, revision, model_type(model), note=note, total_params=count_parameters(model)
-    )
 
 
 def save_snapshot(snapshot: Snapshot, path: str | os.PathLike[str]) -> Path:

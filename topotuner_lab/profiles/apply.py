@@ -1,0 +1,83 @@
+"""Applying a card to a model (torch): check it fits, freeze everything but its trainable projections."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from topotuner_lab._io.errors import ProfileError
+from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
+from topotuner_lab.weights.extract import extract_snapshot
+from topotuner_lab.weights.projections import Projection, enumerate_projections
+
+
+def identity_of(model: torch.nn.Module, name: str) -> ModelIdentity:
+    """The identity of an in-memory model (its attention matrices' hash, shapes and parameter count)."""
+    return ModelIdentity.from_snapshot(extract_snapshot(model, name=name))
+
+
+def check_card_fits(card: ProfileCard, model: torch.nn.Module) -> None:
+    """Refuse a card built for another model (shapes or weight hash differ)."""
+    identity = identity_of(model, card.model.name)
+    if identity.shapes != card.model.shapes:
+        raise ProfileError(
+            f"card was built for {card.model.name!r} ({len(card.model.shapes)} projections), but this model's "
+            "projections differ "
+            f"({identity.architecture}, {len(identity.shapes)} projections)",
+            "apply the card to the model it was built for, or build a new card from this model's drift table",
+        )
+    if identity.weights_hash != card.model.weights_hash:
+        raise ProfileError(
+            f"card was built for weights {card.model.weights_hash[:12]} of {card.model.name!r}, this model has "
+            f"{identity.weights_hash[:12]}",
+            "apply the card to the same pretrained model (not a fine-tuned copy or another checkpoint), or rebuild "
+            "the card",
+        )
+
+
+def apply_profile(model: torch.nn.Module, card: ProfileCard, *, check: bool = True) -> list[str]:
+    """Freeze everything but the card's trainable projections; return the trainable parameter names.
+
+    Freezing is ``requires_grad`` alone for separate q/k/v/o parameters (LLaMA, Mistral, Qwen, Gemma...), so it works
+    unchanged under DDP and under FSDP with ``use_orig_params=True``. A fused parameter (GPT-2 ``c_attn``) that is only
+    partly trainable gets a gradient mask, so its frozen rows never change (train with weight decay 0, which the
+    fine-tune entry point does); FSDP cannot run that hook, and the case is refused under it.
+
+    Parameters
+    ----------
+    model : the pretrained model (not a copy already changed by training).
+    card : the profile card; with ``check`` it must have been built for this model (shapes and weight hash).
+
+    Returns
+    -------
+    The names of the parameters left trainable.
+    """
+    if check:
+        check_card_fits(card, model)
+    projections: dict[str, Projection] = {p.pid: p for p in enumerate_projections(model)}
+    for param in model.parameters():
+        param.requires_grad_(False)
+    by_param: dict[str, list[Projection]] = {}
+    for pid in card.trainable:
+        by_param.setdefault(projections[pid].param_name, []).append(projections[pid])
+    for name, parts in by_param.items():
+        param = model.get_parameter(name)
+        param.requires_grad_(True)
+        siblings = [p for p in projections.values() if p.param_name == name]
+        if len(parts) < len(siblings):  # part of a fused matrix: mask the frozen rows' gradients
+            if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):
+                raise ProfileError(
+                    f"the card trains only part of the fused parameter {name} (GPT-2 c_attn), which needs a "
+                    "gradient hook; "
+                    "FSDP flattens parameters and does not run such hooks",
+                    "train this model with DDP (no --use_fsdp), or a card that trains all of q, k and v of a layer",
+                )
+            keep = torch.zeros(param.shape, dtype=torch.bool)
+            for part in parts:
+                if part.transposed:
+                    keep[:, part.row_start : part.row_stop] = True
+                else:
+                    keep[part.row_start : part.row_stop] = True
+            param.register_hook(lambda grad, keep=keep: grad * keep.to(grad.dtype))
+    return sorted(by_param)

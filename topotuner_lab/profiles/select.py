@@ -1,0 +1,215 @@
+"""Which projections a card trains: rank a drift column (normalized across matrix sizes) and fill a budget.
+
+A card keeps the top-k high-drift or low-drift projections trainable, k given as a count or a trainable-parameter
+budget. Random and magnitude-ranked cards with the same budget are the controls.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from topotuner_lab._io.errors import ProfileError
+from topotuner_lab.drift import columns
+from topotuner_lab.profiles.card import DEFAULT_NORMALIZATION, NORMALIZATIONS, STRATEGIES, ModelIdentity, ProfileCard
+
+
+def param_counts(shapes: dict[str, list[int]]) -> dict[str, int]:
+    """Parameters per projection id, from the shapes a card or snapshot records."""
+    return {pid: int(np.prod(shape)) for pid, shape in shapes.items()}
+
+
+def select_projections(
+    scores: pd.Series,
+    params: dict[str, int],
+    total_params: int,
+    *,
+    descending: bool,
+    count: int | None = None,
+    fraction: float | None = None,
+) -> tuple[list[str], list[str]]:
+    """Rank ids by score and keep the first ``count`` or those fitting ``fraction`` of the parameters.
+
+    Returns ``(ranked_ids, selected_ids)``. Ties keep the table order (stable sort).
+    """
+    if (count is None) == (fraction is None):
+        raise ProfileError(
+            "give exactly one of count (matrices) or budget fraction",
+            "e.g. count=4, or fraction=0.01 for 1% of the model",
+        )
+    ranked = list(scores.sort_values(ascending=not descending, kind="stable").index)
+    if count is not None:
+        if not 1 <= count <= len(ranked):
+            raise ProfileError(
+                f"count={count} is outside 1..{len(ranked)} (the number of projections)",
+                f"pick between 1 and {len(ranked)} matrices",
+            )
+        return ranked, ranked[:count]
+    if not 0 < fraction <= 1:
+        raise ProfileError(
+            f"budget {fraction!r} is not a fraction in (0, 1] (above 100% or not positive)",
+            "give the budget as a fraction: 0.01 for 1%, 0.02 for 2%",
+        )
+    limit = fraction * total_params
+    smallest = min(params.values())
+    if limit < smallest:
+        raise ProfileError(
+            f"budget {100 * fraction:.3g}% = {limit:,.0f} parameters is below the smallest projection "
+            f"({smallest:,} parameters)",
+            f"raise the budget to at least {100 * smallest / total_params:.3g}% or give a count",
+        )
+    chosen, used = [], 0
+    for pid in ranked:  # greedy in rank order; skip matrices that no longer fit
+        if used + params[pid] <= limit:
+            chosen.append(pid)
+            used += params[pid]
+    return ranked, chosen
+
+
+def normalized_scores(
+    table: pd.DataFrame, metric: str, normalization: str = DEFAULT_NORMALIZATION, noise: Sequence[pd.DataFrame] = ()
+) -> pd.Series:
+    """``metric`` per projection id, normalized so that matrices of different sizes compare fairly.
+
+    ``raw``: the column itself. ``per-point``: divided by the pretrained diagram's number of points (W sums over
+    points, so bigger matrices drift more by size alone). ``relative``: divided by the pretrained diagram's total
+    persistence. ``noise-z``: (drift - mean noise drift) / std of the noise drift, over ``noise`` tables of the same
+    pretrained matrices against small random perturbations (at least two).
+    """
+    if normalization not in NORMALIZATIONS:
+        raise ProfileError(f"unknown normalization {normalization!r}", f"use one of {', '.join(NORMALIZATIONS)}")
+    indexed = table.set_index("pid")
+    scores = indexed[metric].astype(float)
+    if normalization == "raw":
+        return scores
+    measure = columns.topological(metric)
+    if normalization in ("per-point", "relative"):
+        dim = -1 if measure is None else measure.dim
+        column = columns.diagram_size(dim, "before") if normalization == "per-point" else columns.total_persistence(dim)
+        if measure is None or column not in indexed:
+            raise ProfileError(
+                f"normalization {normalization!r} needs a topological column (h0_*, h1_*) of a current drift table; "
+                f"{metric!r} has no {column!r}",
+                "rank by e.g. h0_w1, or recompute the table with `topotuner-lab drift`",
+            )
+        return scores / indexed[column].astype(float).clip(lower=np.finfo(float).tiny)
+    if len(noise) < 2:
+        raise ProfileError(
+            f"normalization 'noise-z' needs at least two noise drift tables, got {len(noise)}",
+            "compute drift of the pretrained snapshot against 2+ perturbed copies (`topotuner-lab perturb --seed N`)",
+        )
+    floor = pd.concat([n.set_index("pid")[metric].astype(float).reindex(scores.index) for n in noise], axis=1)
+    if floor.isna().any().any():
+        raise ProfileError(
+            "a noise table lacks some projection ids of the drift table",
+            "compute the noise tables from the same pretrained snapshot",
+        )
+    return (scores - floor.mean(axis=1)) / floor.std(axis=1, ddof=1).clip(lower=np.finfo(float).tiny)
+
+
+def check_table_fits(table: pd.DataFrame, identity: ModelIdentity) -> None:
+    """Refuse a drift table of another model: ids, shapes, and the pretrained weight hash it records."""
+    unknown = sorted(set(table["pid"]) - set(identity.shapes))
+    if unknown:
+        raise ProfileError(
+            f"drift table ids {unknown[:5]} are not projections of {identity.name}",
+            "use a drift table computed for this model",
+        )
+    differing = [
+        p for p, r, c in zip(table["pid"], table["rows"], table["cols"]) if identity.shapes[p] != [int(r), int(c)]
+    ]
+    if differing:
+        raise ProfileError(
+            f"drift table shapes differ from the pretrained snapshot at {differing[:5]} "
+            f"({identity.shapes[differing[0]]} in the snapshot): the table is of another model",
+            "use a drift table computed for this model",
+        )
+    recorded = table.attrs.get("before_hash")
+    if recorded is None:
+        warnings.warn(
+            "the drift table records no pretrained weight hash (a CSV table, or one written by an older version): "
+            "only its ids "
+            "and shapes were checked against the pretrained snapshot; Parquet tables carry the hash",
+            stacklevel=2,
+        )
+    elif recorded != identity.weights_hash:
+        raise ProfileError(
+            f"drift table was computed from weights {str(recorded)[:12]}, the pretrained snapshot has "
+            f"{identity.weights_hash[:12]}",
+            "build the card from the pretrained snapshot the table was computed from (or recompute the table)",
+        )
+
+
+def build_profile(
+    table: pd.DataFrame,
+    identity: ModelIdentity,
+    *,
+    prior_task: str,
+    strategy: str = "high-drift",
+    metric: str = columns.DEFAULT_METRIC,
+    count: int | None = None,
+    fraction: float | None = None,
+    seed: int = 0,
+    stop_threshold: float | None = None,
+    drift_settings: dict[str, Any] | None = None,
+    normalization: str = DEFAULT_NORMALIZATION,
+    noise: Sequence[pd.DataFrame] = (),
+) -> ProfileCard:
+    """Build a profile card from a drift table (one row per projection id).
+
+    Parameters
+    ----------
+    table : drift table (``drift_table`` / ``load_table``), one row per projection id.
+    identity : the pretrained model (``ModelIdentity.from_snapshot``); the table must be of this model.
+    strategy : ``high-drift``, ``low-drift``, or the controls ``random`` and ``magnitude``.
+    metric : drift column to rank by (``magnitude`` always ranks by ``rel_frobenius``).
+    count, fraction : the budget, exactly one: a number of matrices, or a fraction in (0, 1] of all model
+        parameters (0.01 is 1%; the CLI's ``--budget`` takes percent).
+    normalization : one of ``NORMALIZATIONS`` (see :func:`normalized_scores`); ``noise`` tables for ``noise-z``.
+    """
+    if strategy not in STRATEGIES:
+        raise ProfileError(f"unknown strategy {strategy!r}", f"use one of {', '.join(STRATEGIES)}")
+    rank_col = "rel_frobenius" if strategy == "magnitude" else metric
+    if rank_col not in columns.rankable(table):
+        raise ProfileError(
+            f"drift table has no measure column {rank_col!r}",
+            "recompute the table with the magnitude baselines (without --no-magnitude)"
+            if strategy == "magnitude"
+            else f"rank by one of {columns.rankable(table)}",
+        )
+    check_table_fits(table, identity)
+    scores = normalized_scores(table, rank_col, "raw" if strategy in ("random", "magnitude") else normalization, noise)
+    if not np.isfinite(scores.to_numpy()).all():
+        raise ProfileError(
+            f"drift column {rank_col!r} holds NaN or infinite values",
+            "recompute the drift table from healthy snapshots",
+        )
+    if strategy == "random":
+        scores = pd.Series(np.random.default_rng(seed).permutation(len(scores)).astype(float), index=scores.index)
+    params = param_counts(identity.shapes)
+    ranked, chosen = select_projections(
+        scores, params, identity.total_params, descending=strategy != "low-drift", count=count, fraction=fraction
+    )
+    trainable_params = sum(params[p] for p in chosen)
+    order = list(identity.shapes)
+    return ProfileCard(
+        model=identity,
+        prior_task=prior_task,
+        strategy=strategy,
+        metric=rank_col,
+        drift_settings=drift_settings or json.loads(table.attrs.get("settings", "{}")),
+        ranking=[{"pid": p, "score": float(scores[p])} for p in ranked],
+        trainable=[p for p in order if p in chosen],
+        frozen=[p for p in order if p not in chosen],
+        trainable_params=trainable_params,
+        trainable_fraction=trainable_params / identity.total_params,
+        budget={"count": count} if count is not None else {"fraction": fraction},
+        stop_threshold=stop_threshold,
+        seed=seed,
+        normalization="raw" if strategy in ("random", "magnitude") else normalization,
+    )
