@@ -21,7 +21,8 @@ from common import ROOT, publish, table
 
 
 def one(method: str, card: str, out: str) -> None:
-    from topotuner_lab.training.finetune import FinetuneConfig, run_finetune
+    from topotuner_lab.training.config import FinetuneConfig
+    from topotuner_lab.training.finetune import run_finetune
     from topotuner_lab.weights.models import load_model
 
     cfg = FinetuneConfig(
@@ -97,7 +98,7 @@ def main() -> None:
                     "trainable %": 100 * res["trainable_fraction"],
                     "lowest trainable layer": lowest,
                     "s/epoch (median of epochs 2-3)": statistics.median(steady),
-                    "peak MiB above start": res["peak_memory_mib"],
+                    "peak RSS MiB": res["peak_rss_mib"],
                 }
             )
             print(rows[-1], file=sys.stderr)

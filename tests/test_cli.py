@@ -28,7 +28,7 @@ def test_every_option_has_help_and_finetune_options_are_the_config_fields():
 
     from topotuner_lab.cli import build_parser
     from topotuner_lab.topology.distances import SOLVERS
-    from topotuner_lab.training.finetune import FinetuneConfig
+    from topotuner_lab.training.config import FinetuneConfig
 
     parser = build_parser()
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

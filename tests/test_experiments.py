@@ -100,7 +100,8 @@ def test_time_to_stop_counts_the_stopping_rules_own_cost():
         "epoch_seconds": [10.0, 10.0, 10.0],
         "seconds_per_epoch": 10.0,
         "train_seconds": 30.0,
-        "peak_memory_mib": 1.0,
+        "peak_rss_mib": 900.0,
+        "rss_increase_mib": 1.0,
         "config": {"lr_scheduler": "linear", "epochs": 3},
         "drift_history": [{"epoch": k, "normalized": 1.0, "seconds": 0.5} for k in (1, 2, 3)],
     }

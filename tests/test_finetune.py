@@ -4,13 +4,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from topotuner_lab._io.errors import ProfileError
+from topotuner_lab._io.errors import ParameterError, ProfileError
 from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.profiles.apply import identity_of
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.profiles.select import build_profile
-from topotuner_lab.training.finetune import FinetuneConfig, lora_rank_for, run_finetune, stop_threshold_for
+from topotuner_lab.training.config import FinetuneConfig
+from topotuner_lab.training.finetune import run_finetune, stop_threshold_for
+from topotuner_lab.training.trainer import lora_rank_for
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.snapshot import load_snapshot, perturb_snapshot
 
@@ -44,7 +46,8 @@ def test_full_finetune_writes_results_and_snapshot(tiny_llama, tmp_path):
         "trainable_params",
         "epoch_seconds",
         "train_seconds",
-        "peak_memory_mib",
+        "peak_rss_mib",
+        "rss_increase_mib",
         "seeds",
     ):
         assert key in on_disk, key
@@ -120,27 +123,40 @@ def test_run_resumes_from_its_checkpoint(tiny_llama, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
+    "kwargs, error, message",
     [
-        ({"method": "adapter"}, "unknown method"),
-        ({"method": "profile"}, "needs a profile card"),
-        ({"lora_rank": "match", "method": "lora"}, "needs a profile card"),
-        ({"task": "imdb"}, "unknown task"),
-        ({"epochs": 0}, "epochs=0"),
-        ({"n_train": "10"}, "n_train='10'"),
-        ({"stop_threshold": "card"}, "needs a profile card to read it from"),
-        ({"stop_threshold": "soon", "method": "profile", "profile": "c.json"}, "neither a number nor 'card'"),
-        ({"stop_threshold": 1.5}, "not in \\(0, 1\\)"),
-        ({"lora_rank": "abc", "method": "lora"}, "neither a positive integer nor 'match'"),
-        ({"lora_rank": 0}, "neither a positive integer"),
-        ({"learning_rate": -1.0}, "not a number in"),
-        ({"lr_scheduler": "cyclic"}, "unknown lr_scheduler"),
-        ({"seed": -1}, "non-negative"),
-        ({"data_source": "no/such/folder"}, "neither 'hub' nor a data folder"),
+        pytest.param({"method": "adapter"}, ParameterError, "method='adapter' is not one of full, lora", id="method"),
+        pytest.param({"method": "profile"}, ParameterError, "method 'profile' needs a profile card", id="no-card"),
+        pytest.param(
+            {"lora_rank": "match", "method": "lora"}, ParameterError, "lora_rank='match' needs a profile", id="match"
+        ),
+        pytest.param({"task": "imdb"}, ParameterError, "task='imdb' is not one of", id="task"),
+        pytest.param({"epochs": 0}, ParameterError, r"epochs=0 is not a whole number >= 1", id="epochs-0"),
+        pytest.param({"n_train": "10"}, ParameterError, "n_train='10' is not a whole number", id="n_train-text"),
+        pytest.param(
+            {"stop_threshold": "card"}, ParameterError, "stop_threshold='card' needs a profile card", id="card-no-card"
+        ),
+        pytest.param(
+            {"stop_threshold": "soon", "method": "profile", "profile": "c.json"},
+            ParameterError,
+            r"stop_threshold='soon' is not a number in \(0, 1\), 'card' or None",
+            id="threshold-text",
+        ),
+        pytest.param(
+            {"stop_threshold": 1.5}, ParameterError, r"stop_threshold=1.5 is not a number in \(0, 1\)", id="1.5"
+        ),
+        pytest.param(
+            {"lora_rank": "abc", "method": "lora"}, ParameterError, "lora_rank='abc' is not a whole number", id="rank"
+        ),
+        pytest.param({"lora_rank": 0}, ParameterError, "lora_rank=0 is not a whole number >= 1", id="rank-0"),
+        pytest.param({"learning_rate": -1.0}, ParameterError, r"learning_rate=-1.0 is not a number in", id="lr"),
+        pytest.param({"lr_scheduler": "cyclic"}, ParameterError, "lr_scheduler='cyclic' is not one of", id="schedule"),
+        pytest.param({"seed": -1}, ParameterError, "seed=-1 is not a whole number >= 0", id="seed"),
+        pytest.param({"data_source": "no/such/folder"}, ParameterError, "or an existing data folder", id="data-source"),
     ],
 )
-def test_config_errors(kwargs, message):
-    with pytest.raises(Exception, match=message):
+def test_config_errors(kwargs, error, message):
+    with pytest.raises(error, match=message):
         FinetuneConfig(**kwargs)
 
 

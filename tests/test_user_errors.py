@@ -408,10 +408,10 @@ def test_bad_paths_and_options_are_clear_errors(files, tmp_path, capsys):
             ["finetune", "--model", "tiny-llama", "--method", "lora", "--lora-rank", "abc", "-o", tmp_path / "r"],
             None,
         ),  # argparse: exit 2 with usage
-        (["perturb", pre, "-o", tmp_path / "n.safetensors", "--seed", "-1"], "not a non-negative integer"),
+        (["perturb", pre, "-o", tmp_path / "n.safetensors", "--seed", "-1"], "seed=-1 is not a whole number >= 0"),
         (
             ["finetune", "--model", "tiny-llama", "--data-source", tmp_path / "a-file", "-o", tmp_path / "r"],
-            "neither 'hub' nor a data folder",
+            "or an existing data folder",
         ),
         (["finetune", "--model", "tiny-llama", "-o", tmp_path / "a-file"], "is a file, not a folder"),
     ]

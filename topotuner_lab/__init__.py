@@ -6,7 +6,11 @@ topology-based early stopping.
 
 The main entry points are importable from the package itself::
 
-    from topotuner_lab import load_model, drift_table, DriftSettings, build_profile, ProfileCard
+    from topotuner_lab.weights.models import load_model
+    from topotuner_lab.drift.compute import drift_table
+    from topotuner_lab.drift.settings import DriftSettings
+    from topotuner_lab.profiles.select import build_profile
+    from topotuner_lab.profiles.card import ProfileCard
 
 They load lazily, so ``import topotuner_lab`` stays light (drift worker processes never import torch).
 The package is built in floors, each importing only from the ones below it (checked by ``make lint``)::
@@ -140,8 +144,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names above loa
     from topotuner_lab.profiles.select import build_profile
     from topotuner_lab.topology.distances import bottleneck, wasserstein
     from topotuner_lab.topology.persistence import Diagrams, PersistenceSettings, diagrams
+    from topotuner_lab.training.config import FinetuneConfig
     from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
-    from topotuner_lab.training.finetune import FinetuneConfig, run_finetune
+    from topotuner_lab.training.finetune import run_finetune
     from topotuner_lab.weights.extract import extract_snapshot
     from topotuner_lab.weights.models import load_model
     from topotuner_lab.weights.snapshot import Snapshot, load_snapshot, perturb_snapshot, save_snapshot

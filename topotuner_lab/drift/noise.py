@@ -17,7 +17,6 @@ from topotuner_lab.drift.columns import DEFAULT_METRIC
 
 #: below this median fine-tune / noise drift ratio a ranking is called within the noise floor
 NOISE_RATIO_MIN = 2.0
-NOISE_SCALE = 1e-3
 
 
 @dataclass(frozen=True)

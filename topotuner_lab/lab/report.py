@@ -13,7 +13,7 @@ import pandas as pd
 
 from topotuner_lab._io import atomic
 from topotuner_lab._io.errors import InputFileError
-from topotuner_lab.drift.noise import NOISE_SCALE, noise_check
+from topotuner_lab.drift.noise import noise_check
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.drift.tables import load_table
 from topotuner_lab.lab.plots import drift_heatmaps, save_figure
@@ -21,7 +21,6 @@ from topotuner_lab.profiles.card import NORMALIZATIONS, ModelIdentity
 from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.study.claims import (
     COMPETITIVE_MARGIN,
-    EARLIEST_STOP,
     ClaimResult,
     claim_results,
     claims_frame,
@@ -31,8 +30,9 @@ from topotuner_lab.study.claims import (
     summary_verdict,
 )
 from topotuner_lab.study.workspace import WorkDir, noise_tables_once
+from topotuner_lab.training.early_stopping import EARLIEST_STOP
 from topotuner_lab.weights.projections import KINDS
-from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
+from topotuner_lab.weights.snapshot import NOISE_SCALE, Snapshot, load_snapshot
 
 
 def markdown_table(table: pd.DataFrame) -> str:
@@ -379,7 +379,7 @@ def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
         "chosen rate). `gap` = train - test "
         "accuracy; `ood_*` = accuracy on the other task (forgetting); `ppl_*` = perplexity on held-out GSM8K text; "
         "`stop_epoch` = where topological "
-        "early stopping fired; `peak_mem_mib` = resident memory above the start of training, sampled.\n\n"
+        "early stopping fired; `peak_rss_mib` = the process's resident peak during training, `rss_increase_mib` = that peak minus the resident size when training began (sampled every 20 ms).\n\n"
         + markdown_table(results.drop(columns=["run_dir"]))
         + "\n"
     )

@@ -16,7 +16,8 @@ from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.study.workspace import WorkDir, drift_table_once, finetune_once, noise_tables_once
 from topotuner_lab.study.workspace import pretrained_snapshot as _pretrained_snapshot
-from topotuner_lab.training.finetune import FinetuneConfig, load_results
+from topotuner_lab.training.config import FinetuneConfig
+from topotuner_lab.training.results import load_results
 from topotuner_lab.weights.models import LoadedModel, load_model
 from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
@@ -115,7 +116,8 @@ def results_frame(results: dict[str, dict[str, Any]]) -> pd.DataFrame:
         "trainable_fraction",
         "epochs_run",
         "seconds_per_epoch",
-        "peak_memory_mib",
+        "peak_rss_mib",
+        "rss_increase_mib",
     ]
     return pd.DataFrame([{"run": name, **{c: res.get(c) for c in cols}} for name, res in results.items()])
 

@@ -9,14 +9,33 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from topotuner_lab._io.config import (
+    NON_NEGATIVE_INT,
+    OPEN_UNIT,
+    POSITIVE_INT,
+    REQUIRED,
+    Check,
+    Config,
+    is_real,
+    opt,
+    optional,
+)
 from topotuner_lab._io.errors import ProfileError
 from topotuner_lab.drift import columns
-from topotuner_lab.profiles.card import DEFAULT_NORMALIZATION, NORMALIZATIONS, STRATEGIES, ModelIdentity, ProfileCard
+from topotuner_lab.profiles.card import (
+    DEFAULT_NORMALIZATION,
+    NORMALIZATIONS,
+    STRATEGIES,
+    TEXT,
+    ModelIdentity,
+    ProfileCard,
+)
 
 
 def param_counts(shapes: dict[str, list[int]]) -> dict[str, int]:
@@ -35,13 +54,9 @@ def select_projections(
 ) -> tuple[list[str], list[str]]:
     """Rank ids by score and keep the first ``count`` or those fitting ``fraction`` of the parameters.
 
-    Returns ``(ranked_ids, selected_ids)``. Ties keep the table order (stable sort).
+    Returns ``(ranked_ids, selected_ids)``. Ties keep the table order (stable sort). The budget is one of ``count``
+    and ``fraction``, already checked (:class:`CardSettings`).
     """
-    if (count is None) == (fraction is None):
-        raise ProfileError(
-            "give exactly one of count (matrices) or budget fraction",
-            "e.g. count=4, or fraction=0.01 for 1% of the model",
-        )
     ranked = list(scores.sort_values(ascending=not descending, kind="stable").index)
     if count is not None:
         if not 1 <= count <= len(ranked):
@@ -50,11 +65,7 @@ def select_projections(
                 f"pick between 1 and {len(ranked)} matrices",
             )
         return ranked, ranked[:count]
-    if not 0 < fraction <= 1:
-        raise ProfileError(
-            f"budget {fraction!r} is not a fraction in (0, 1] (above 100% or not positive)",
-            "give the budget as a fraction: 0.01 for 1%, 0.02 for 2%",
-        )
+    assert fraction is not None
     limit = fraction * total_params
     smallest = min(params.values())
     if limit < smallest:
@@ -145,6 +156,50 @@ def check_table_fits(table: pd.DataFrame, identity: ModelIdentity) -> None:
         )
 
 
+def _percent(text: str) -> float | str:
+    """A budget in percent on the command line, as the fraction the card records (``1`` -> 0.01); text that is no
+    number is passed on for the field's check to refuse."""
+    try:
+        return float(text) / 100
+    except ValueError:
+        return text
+
+
+@dataclass(frozen=True)
+class CardSettings(Config):
+    """How a card is built from a drift table: the options of ``topotuner-lab profile`` and of :func:`build_profile`."""
+
+    label = "card settings"
+    error = ProfileError
+
+    prior_task: str = opt(REQUIRED, "the task the drift came from (recorded in the card)", check=TEXT)
+    strategy: str = opt("high-drift", "which matrices train", choices=STRATEGIES)
+    metric: str = opt(columns.DEFAULT_METRIC, "drift-table column to rank by", check=TEXT)
+    normalization: str = opt(
+        DEFAULT_NORMALIZATION, "make matrices of different sizes comparable", choices=NORMALIZATIONS
+    )
+    count: int | None = opt(None, "number of trainable matrices", check=optional(POSITIVE_INT))
+    fraction: float | None = opt(
+        None,
+        "trainable-parameter budget in percent of the model, e.g. 1",
+        check=optional(Check(lambda v: is_real(v) and 0 < v <= 1, "a fraction in (0, 1] (0.01 is 1%)")),
+        flags=("--budget",),
+        parse=_percent,
+    )
+    seed: int = opt(0, "seed of the random control", check=NON_NEGATIVE_INT)
+    stop_threshold: float | None = opt(
+        None, "early-stopping threshold recorded in the card, in (0, 1)", check=optional(OPEN_UNIT)
+    )
+
+    def check(self) -> None:
+        """Exactly one budget: a count of matrices or a fraction of the parameters."""
+        if (self.count is None) == (self.fraction is None):
+            self.fail(
+                "give exactly one of count (matrices) or budget fraction",
+                "e.g. count=4, or fraction=0.01 for 1% of the model (--count 4 or --budget 1 on the command line)",
+            )
+
+
 def build_profile(
     table: pd.DataFrame,
     identity: ModelIdentity,
@@ -172,8 +227,7 @@ def build_profile(
         parameters (0.01 is 1%; the CLI's ``--budget`` takes percent).
     normalization : one of ``NORMALIZATIONS`` (see :func:`normalized_scores`); ``noise`` tables for ``noise-z``.
     """
-    if strategy not in STRATEGIES:
-        raise ProfileError(f"unknown strategy {strategy!r}", f"use one of {', '.join(STRATEGIES)}")
+    CardSettings(prior_task, strategy, metric, normalization, count, fraction, seed, stop_threshold)
     rank_col = "rel_frobenius" if strategy == "magnitude" else metric
     if rank_col not in columns.rankable(table):
         raise ProfileError(

@@ -24,6 +24,7 @@ from topotuner_lab.study.stats import (
     paired_bootstrap,
     verdict,
 )
+from topotuner_lab.training.early_stopping import EARLIEST_STOP
 
 #: accuracy a card may lose to full fine-tuning and still count as competitive (non-inferiority margin)
 COMPETITIVE_MARGIN = 0.03
@@ -32,9 +33,6 @@ FASTER_THAN_FULL = 0.8
 FASTER_THAN_LORA = 1.0
 #: "often stops after 2-3 of 6 epochs": the median stop epoch lies in the first half of the budget
 EARLY_STOP_SHARE = 0.5
-#: the earliest epoch the stopping rule can fire (``TopologicalEarlyStopping`` default ``min_epochs``: epoch 1 is the
-#: reference its later epochs are normalized by)
-EARLIEST_STOP = 2
 
 TOPOLOGY = ("high-drift", "low-drift")
 CONTROLS = ("random", "magnitude")

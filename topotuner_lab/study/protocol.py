@@ -40,7 +40,7 @@ from topotuner_lab.study.workspace import (
     noise_tables_once,
     pretrained_snapshot,
 )
-from topotuner_lab.training.finetune import FinetuneConfig
+from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.weights.models import PACKAGED_MODELS, LoadedModel, embedded_gguf_path, load_model
 from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
@@ -404,6 +404,7 @@ def _summary(
         "sec_per_epoch": res["seconds_per_epoch"],
         "train_sec": res["train_seconds"],
         "wall_sec": res.get("wall_seconds"),
-        "peak_mem_mib": res["peak_memory_mib"],
+        "peak_rss_mib": res.get("peak_rss_mib"),
+        "rss_increase_mib": res.get("rss_increase_mib"),
         "run_dir": str(run_dir),
     }

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from topotuner_lab.drift.settings import DriftSettings
-    from topotuner_lab.training.finetune import FinetuneConfig
+    from topotuner_lab.training.config import FinetuneConfig
     from topotuner_lab.weights.models import LoadedModel
     from topotuner_lab.weights.snapshot import Snapshot
 
@@ -138,7 +138,8 @@ def finetune_once(
     loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str], None] = lambda _: None
 ) -> dict[str, Any]:
     """``run_finetune(loaded, cfg)`` unless its folder already holds results of this very config (then those)."""
-    from topotuner_lab.training.finetune import load_results, run_finetune
+    from topotuner_lab.training.finetune import run_finetune
+    from topotuner_lab.training.results import load_results
 
     out = Path(cfg.output_dir)
 
@@ -185,8 +186,7 @@ def noise_tables_once(
     pre: Snapshot, work: WorkDir, seeds: Sequence[int], settings: DriftSettings | None = None
 ) -> list[pd.DataFrame]:
     """Drift of ``pre`` against a perturbed copy of itself per seed (the noise floor), each table computed once."""
-    from topotuner_lab.drift.noise import NOISE_SCALE
-    from topotuner_lab.weights.snapshot import perturb_snapshot
+    from topotuner_lab.weights.snapshot import NOISE_SCALE, perturb_snapshot
 
     return [
         drift_table_once(pre, perturb_snapshot(pre, NOISE_SCALE, seed), work.noise_table(seed), settings)

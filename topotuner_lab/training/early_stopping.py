@@ -20,10 +20,15 @@ from transformers.trainer_callback import ExportableState
 
 from topotuner_lab._io.errors import ParameterError
 from topotuner_lab.drift.cache import DriftCache
+from topotuner_lab.drift.columns import DEFAULT_METRIC
 from topotuner_lab.drift.compute import drift_between
 from topotuner_lab.drift.settings import DriftSettings
-from topotuner_lab.study.claims import EARLIEST_STOP
 from topotuner_lab.weights.projections import enumerate_projections
+
+#: the earliest epoch the rule can fire: epoch 1 is the reference its later epochs are normalized by
+EARLIEST_STOP = 2
+#: the stopping threshold on normalized drift used wherever none is given (cards, presets, notebooks, the CLI)
+DEFAULT_STOP_THRESHOLD = 0.5
 
 
 def projection_matrices(model: torch.nn.Module, pids: list[str] | None = None) -> dict[str, np.ndarray]:
@@ -51,23 +56,24 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
 
     def __init__(
         self,
-        threshold: float = 0.3,
+        threshold: float = DEFAULT_STOP_THRESHOLD,
         *,
         pids: list[str] | None = None,
-        metric: str = "h0_w1",
+        metric: str = DEFAULT_METRIC,
         settings: DriftSettings | dict[str, Any] | None = None,
         min_epochs: int = EARLIEST_STOP,
         observe_only: bool = False,
     ) -> None:
         if not (isinstance(threshold, (int, float)) and 0 < threshold < 1):
             raise ParameterError(
-                f"stopping threshold {threshold!r} is not in (0, 1)", "normalized drift starts at 1.0; use e.g. 0.3"
+                f"stopping threshold {threshold!r} is not in (0, 1)",
+                f"normalized drift starts at 1.0; use e.g. {DEFAULT_STOP_THRESHOLD}",
             )
         self.threshold = float(threshold)
         self.pids = pids
         self.metric = metric
         if isinstance(settings, dict):
-            settings = DriftSettings(**{k: tuple(v) if k == "orders" else v for k, v in settings.items() if k != "v"})
+            settings = DriftSettings.from_key(settings)
         self.settings = settings or DriftSettings(maxdim=0, orders=(1.0,), bottleneck=False, magnitude=False)
         if metric not in self.settings.columns():
             raise ParameterError(

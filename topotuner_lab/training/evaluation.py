@@ -151,3 +151,8 @@ def perplexity(
         total_nll += float(loss)
         total_tokens += int((labels[:, 1:] != -100).sum())
     return math.exp(total_nll / max(1, total_tokens))
+
+
+def accuracy(correct: Any) -> float:
+    """Mean of per-example correctness; NaN for no examples."""
+    return float(correct.mean()) if len(correct) else float("nan")

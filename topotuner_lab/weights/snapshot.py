@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from topotuner_lab._io.atomic import atomic_path
-from topotuner_lab._io.errors import InputFileError, ParameterError, SnapshotMismatchError
+from topotuner_lab._io.config import POSITIVE, Check, Config, opt
+from topotuner_lab._io.errors import InputFileError, SnapshotMismatchError
 from topotuner_lab.weights.projections import (
     PID_PATTERN,
     parse_pid,
@@ -26,6 +27,8 @@ from topotuner_lab.weights.projections import (
 
 FORMAT = "topotuner-snapshot/2"
 LEGACY_FORMATS: tuple[str, ...] = ("topotuner-snapshot/1",)  # no metadata hash: read, with a warning
+#: the default noise std, as a fraction of each matrix's std
+NOISE_SCALE = 1e-3
 REQUIRED_METADATA: tuple[str, ...] = ("model", "base_model", "revision", "architecture", "created", "weights_hash")
 _REEXTRACT = "extract it again with `topotuner-lab extract MODEL -o FILE`"
 
@@ -244,15 +247,22 @@ def check_comparable(before: Snapshot, after: Snapshot, *, allow_other_base: boo
         )
 
 
-def perturb_snapshot(snapshot: Snapshot, scale: float = 1e-3, seed: int = 0) -> Snapshot:
+SEED = Check(lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0, "a whole number >= 0")
+
+
+@dataclass(frozen=True)
+class PerturbSettings(Config):
+    """Gaussian noise added to every matrix of a snapshot (the drift noise floor)."""
+
+    label = "perturbation"
+
+    scale: float = opt(NOISE_SCALE, "noise std as a fraction of each matrix's std", check=POSITIVE)
+    seed: int = opt(0, "noise seed", check=SEED)
+
+
+def perturb_snapshot(snapshot: Snapshot, scale: float = NOISE_SCALE, seed: int = 0) -> Snapshot:
     """A copy with Gaussian noise of std ``scale`` x each matrix's std: the drift noise floor."""
-    if not (isinstance(scale, (int, float)) and np.isfinite(scale) and scale > 0):
-        raise ParameterError(
-            f"noise scale {scale!r} is not a positive finite number",
-            "use e.g. --scale 1e-3 (a fraction of each matrix's std)",
-        )
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-        raise ParameterError(f"seed {seed!r} is not a non-negative integer", "use e.g. --seed 0")
+    PerturbSettings(scale, seed)
     rng = np.random.default_rng(seed)
     noisy = {
         pid: (m + rng.standard_normal(m.shape, dtype=np.float32) * np.float32(scale * float(m.std()))).astype(

@@ -1,0 +1,33 @@
+"""``finetune``: full fine-tuning, LoRA or a profile card, with every option of :class:`FinetuneConfig`."""
+
+from __future__ import annotations
+
+import argparse
+
+from topotuner_lab._io.outputs import check_output_dir, refuse_overwrite
+from topotuner_lab.cli.options import add_config_options, config_from_args
+
+
+def _cmd_finetune(args: argparse.Namespace) -> None:
+    from topotuner_lab.training.config import FinetuneConfig
+    from topotuner_lab.training.finetune import run_finetune
+    from topotuner_lab.weights.models import load_model
+
+    cfg = config_from_args(FinetuneConfig, args)
+    check_output_dir(cfg.output_dir, "run folder")
+    refuse_overwrite({"profile card": cfg.profile}, {"run folder": cfg.output_dir})
+    res = run_finetune(load_model(args.model), cfg)
+    print(
+        f"{cfg.method} on {cfg.task}: test accuracy {res['test_accuracy']:.3f}, {res['epochs_run']} epoch(s), "
+        f"{res['seconds_per_epoch']:.1f} s/epoch; results in {cfg.output_dir}/results.json"
+    )
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``finetune``: one option per field of :class:`FinetuneConfig`."""
+    from topotuner_lab.training.config import FinetuneConfig
+
+    ft = sub.add_parser("finetune", help="fine-tune with full FT, LoRA or a profile card")
+    ft.add_argument("--model", default=None, help="model to fine-tune (default: embedded SmolLM2-135M)")
+    add_config_options(ft, FinetuneConfig)
+    ft.set_defaults(func=_cmd_finetune)

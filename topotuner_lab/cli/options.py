@@ -1,0 +1,74 @@
+"""Command-line options generated from the settings classes (one source for defaults, choices and help), and a
+parser whose usage errors are one line with the fix, like every other error of the command."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+from topotuner_lab._io.config import REQUIRED, Config
+
+C = TypeVar("C", bound=Config)
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that reports a usage error as one line and the fix, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``error: MESSAGE`` and how to see the options, then exit 2 (argparse prints the whole usage)."""
+        print(f"error: {message}\n  How to fix: see `{self.prog} --help` for the options", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _value_type(hint: Any) -> Callable[[str], Any]:
+    """How to read a value of type ``hint`` from the command line (``int | None`` -> int, a Literal -> str)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _value_type(options[0]) if len(options) == 1 else str
+    if typing.get_origin(hint) is tuple:
+        return _value_type(typing.get_args(hint)[0])
+    return hint if hint in (int, float, str) else str
+
+
+def add_config_options(parser: argparse.ArgumentParser, config: type[Config], *, skip: tuple[str, ...] = ()) -> None:
+    """One option per field of ``config`` (those with ``cli=True``, less ``skip``): flags, type, default, choices and
+    help come from the field itself (:func:`topotuner_lab._io.config.opt`)."""
+    hints = typing.get_type_hints(config)
+    for f in dataclasses.fields(config):  # type: ignore[arg-type]
+        meta = f.metadata
+        if f.name in skip or not meta.get("cli", True):
+            continue
+        flags = meta.get("flags") or ("--" + f.name.replace("_", "-"),)
+        help_text = meta.get("help", "")
+        default = REQUIRED if f.default is dataclasses.MISSING else f.default
+        if isinstance(default, bool):
+            action = "store_true" if default is False else argparse.BooleanOptionalAction
+            parser.add_argument(*flags, dest=f.name, action=action, default=default, help=help_text)
+            continue
+        kwargs: dict[str, Any] = {
+            "dest": f.name,
+            "type": meta.get("parse") or _value_type(hints[f.name]),
+            "choices": meta.get("choices"),
+        }
+        if default is REQUIRED:
+            kwargs["required"] = True
+            kwargs["help"] = help_text
+        else:
+            kwargs["default"] = default
+            kwargs["help"] = f"{help_text} (default: %(default)s)"
+        if isinstance(default, tuple):
+            kwargs["nargs"] = "+"
+            kwargs["default"] = list(default)
+            kwargs["help"] = f"{help_text} (default: {' '.join(f'{v:g}' for v in default)})"
+        parser.add_argument(*flags, **kwargs)
+
+
+def config_from_args(config: type[C], args: argparse.Namespace) -> C:
+    """The settings the parsed options describe (each field checked as the class checks it)."""
+    names = [f.name for f in dataclasses.fields(config) if hasattr(args, f.name)]  # type: ignore[arg-type]
+    return config.from_dict({name: getattr(args, name) for name in names})

@@ -1,0 +1,95 @@
+"""``profile``: a profile card from a drift table (which projections train, and why)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from topotuner_lab._io.errors import ParameterError
+from topotuner_lab._io.outputs import check_writable, refuse_overwrite
+from topotuner_lab.cli.options import add_config_options, config_from_args
+
+
+def _total_params(args: argparse.Namespace, pretrained: Any) -> int | None:
+    """The model's parameter count: --total-params, else counted from --model (checked to be the snapshot's
+    model), else None (the count the snapshot records)."""
+    if args.total_params is not None:
+        return args.total_params
+    if args.model is None:
+        return None
+    from topotuner_lab.weights.extract import extract_snapshot
+    from topotuner_lab.weights.models import load_model
+    from topotuner_lab.weights.projections import count_parameters
+
+    loaded = load_model(args.model)
+    if extract_snapshot(loaded).weights_hash != pretrained.weights_hash:
+        raise ParameterError(
+            f"--model {args.model} is not the model of the pretrained snapshot {args.pretrained}",
+            "pass the pretrained model the snapshot was extracted from, or omit --model to use the count the "
+            "snapshot records",
+        )
+    return count_parameters(loaded.model)
+
+
+def _cmd_profile(args: argparse.Namespace) -> None:
+    from topotuner_lab.drift.noise import noise_check
+    from topotuner_lab.drift.tables import load_table
+    from topotuner_lab.profiles.card import ModelIdentity
+    from topotuner_lab.profiles.select import CardSettings, build_profile
+    from topotuner_lab.weights.snapshot import load_snapshot
+
+    output = check_writable(args.output, "card", suffixes=(".json",))
+    outputs = {"card": output, "card's Markdown view": output.with_suffix(".md"), "Spectrum YAML": args.spectrum}
+    refuse_overwrite(
+        {"drift table": args.table, "pretrained snapshot": args.pretrained, "noise table": args.noise_table}, outputs
+    )
+    if args.spectrum:
+        check_writable(args.spectrum, "Spectrum YAML", suffixes=(".yaml", ".yml"))
+    table, pretrained = load_table(args.table), load_snapshot(args.pretrained)
+    identity = ModelIdentity.from_snapshot(pretrained, _total_params(args, pretrained))
+    noise = [load_table(path) for path in args.noise_table or []]
+    settings = config_from_args(CardSettings, args)
+    card = build_profile(table, identity, noise=noise, **settings.to_dict())
+    if noise:
+        print(noise_check(table, noise, card.metric).message, file=sys.stderr)
+    card.save(args.output)
+    if args.spectrum:
+        from topotuner_lab._io import atomic
+
+        atomic.write_text(args.spectrum, card.to_spectrum_yaml())
+    print(
+        f"wrote {args.output}: {len(card.trainable)} trainable projections, {card.trainable_params:,} parameters "
+        f"({100 * card.trainable_fraction:.2f}%)"
+    )
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``profile``: the card settings' options, then the inputs it is checked against."""
+    from topotuner_lab.profiles.select import CardSettings
+
+    pr = sub.add_parser("profile", help="build a profile card from a drift table")
+    pr.add_argument("table", help="drift table (.parquet/.csv)")
+    pr.add_argument("--pretrained", required=True, help="snapshot of the pretrained model the table was computed from")
+    add_config_options(pr, CardSettings)
+    pr.add_argument(
+        "--noise-table",
+        action="append",
+        default=None,
+        help="drift table of the pretrained snapshot against a perturbed copy; repeat for several seeds (noise "
+        "check, 'noise-z')",
+    )
+    pr.add_argument(
+        "--model",
+        default=None,
+        help="the pretrained model, to count its parameters (default: the count the snapshot records)",
+    )
+    pr.add_argument(
+        "--total-params",
+        type=int,
+        default=None,
+        help="the model's parameter count (default: the count the snapshot records)",
+    )
+    pr.add_argument("-o", "--output", required=True, help="card .json (a .md view is written beside it)")
+    pr.add_argument("--spectrum", default=None, help="also write the unfrozen_parameters YAML (Spectrum/axolotl)")
+    pr.set_defaults(func=_cmd_profile)

@@ -1,0 +1,114 @@
+"""What a fine-tune trains and how (:class:`FinetuneConfig`): recorded verbatim in its results, and the options of
+``topotuner-lab finetune``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from topotuner_lab._io.config import NON_NEGATIVE_INT, OPEN_UNIT, POSITIVE_INT, Check, Config, is_int, opt, optional
+from topotuner_lab.tasks.specs import TASKS, get_task
+
+METHODS: tuple[str, ...] = ("full", "lora", "profile")
+DEFAULT_LR = {"full": 3e-5, "lora": 3e-4, "profile": 2e-4}  # untuned defaults, recorded in results
+LR_SCHEDULERS: tuple[str, ...] = ("linear", "constant", "cosine")
+
+TEXT = Check(lambda v: isinstance(v, str) and v != "", "a non-empty string")
+FLAG = Check(lambda v: isinstance(v, bool), "True or False")
+LORA_RANK = Check(lambda v: v == "match" or (is_int(v) and v >= 1), "a whole number >= 1, or 'match'")
+THRESHOLD = Check(lambda v: v is None or v == "card" or OPEN_UNIT(v), "a number in (0, 1), 'card' or None")
+DATA_SOURCE = Check(
+    lambda v: v is None or v == "hub" or (isinstance(v, str) and Path(v).is_dir()),
+    "None (the offline copies), 'hub', or an existing data folder laid out like shared/data",
+)
+
+
+def _rank(text: str) -> int | str:
+    """A LoRA rank on the command line: an integer, else the text (then the field's check names the problem)."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _threshold(text: str) -> float | str:
+    """A stopping threshold on the command line: a number, else the text ('card', or what the check refuses)."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+@dataclass(frozen=True)
+class FinetuneConfig(Config):
+    """What to train and how; recorded verbatim in the results. The CLI's ``finetune`` options are these fields."""
+
+    label = "fine-tune config"
+
+    method: str = opt("full", "full fine-tuning, LoRA (peft) or a profile card", choices=METHODS)
+    task: str = opt("sst2", "task to train and test on", choices=tuple(TASKS))
+    output_dir: str = opt(
+        "runs/finetune",
+        "run folder: results.json, checkpoints while training",
+        check=TEXT,
+        flags=("-o", "--output", "--output-dir"),
+    )
+    profile: str | None = opt(
+        None, "profile card .json (method 'profile'; LoRA 'match' and 'card' thresholds read it)", check=optional(TEXT)
+    )
+    lora_rank: int | str = opt(
+        8,
+        "LoRA rank: an integer >= 1, or 'match' for the rank whose parameter count matches the card",
+        check=LORA_RANK,
+        parse=_rank,
+    )
+    epochs: int = opt(3, "epoch budget", check=POSITIVE_INT)
+    n_train: int = opt(128, "training examples drawn", check=POSITIVE_INT)
+    n_val: int = opt(
+        0, "validation examples carved from the training data (never the test set); 0: none", check=NON_NEGATIVE_INT
+    )
+    n_test: int = opt(128, "test examples drawn", check=POSITIVE_INT)
+    n_ood: int = opt(64, "out-of-domain examples (the other task) for forgetting", check=POSITIVE_INT)
+    n_ppl: int = opt(32, "held-out GSM8K texts for perplexity before/after", check=POSITIVE_INT)
+    batch_size: int = opt(8, "training batch size", check=POSITIVE_INT)
+    max_length: int = opt(64, "tokens per example (prompt + target)", check=POSITIVE_INT)
+    learning_rate: float | None = opt(
+        None,
+        "peak learning rate (default per method, see DEFAULT_LR)",
+        check=optional(OPEN_UNIT),
+        flags=("--lr", "--learning-rate"),
+        parse=float,
+    )
+    lr_scheduler: str = opt("linear", "learning-rate schedule over the epoch budget", choices=LR_SCHEDULERS)
+    seed: int = opt(0, "training seed", check=NON_NEGATIVE_INT)
+    data_seed: int = opt(0, "which rows are drawn and their order", check=NON_NEGATIVE_INT)
+    stop_threshold: float | str | None = opt(
+        None,
+        "topological early stopping: normalized drift in (0, 1), or 'card' for the card's own",
+        check=THRESHOLD,
+        parse=_threshold,
+    )
+    observe_only: bool = opt(False, "record the stop epoch but train the full budget", check=FLAG)
+    eval_each_epoch: bool = opt(False, "test accuracy after every epoch", check=FLAG)
+    save_checkpoints: bool = opt(
+        True, "checkpoint each epoch (only the last is kept), so a stopped run resumes", check=FLAG
+    )
+    keep_checkpoints: bool = opt(False, "keep the last checkpoint after a finished run (default: removed)", check=FLAG)
+    save_snapshot: bool = opt(False, "write the fine-tuned attention matrices (after.safetensors)", check=FLAG)
+    data_source: str | None = opt(
+        None,
+        "'hub' for the Hugging Face hub, or a data folder laid out like shared/data (default: offline copies)",
+        check=DATA_SOURCE,
+    )
+
+    def check(self) -> None:
+        """The methods and options that need a profile card have one; the task exists."""
+        get_task(self.task)
+        needs_card = {
+            "method 'profile'": self.method == "profile",
+            "stop_threshold='card'": self.stop_threshold == "card",
+            "lora_rank='match'": self.lora_rank == "match",
+        }
+        for what, needed in needs_card.items():
+            if needed and not self.profile:
+                self.fail(f"{what} needs a profile card", "pass --profile card.json")

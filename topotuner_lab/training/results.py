@@ -1,0 +1,134 @@
+"""What a finished fine-tune reports (:class:`RunResults`, written as ``results.json``) and how it is read back."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, TypedDict
+
+from transformers import Trainer
+
+from topotuner_lab._io.errors import InputFileError
+from topotuner_lab.training.callbacks import per_epoch
+from topotuner_lab.training.config import FinetuneConfig
+from topotuner_lab.training.data import RunData
+from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
+from topotuner_lab.training.evaluation import accuracy, perplexity
+from topotuner_lab.weights.models import LoadedModel
+from topotuner_lab.weights.projections import count_parameters
+
+
+class RunResults(TypedDict, total=False):
+    """The fields of ``results.json``: accuracies (per example too), forgetting, cost, early stopping, provenance."""
+
+    config: dict[str, Any]
+    model: dict[str, Any]
+    method: str
+    task: str
+    learning_rate: float
+    trainable_params: int
+    trainable_fraction: float
+    epochs_run: int
+    stop_epoch: int | None
+    drift_history: list[dict[str, float]]
+    log_history: list[dict[str, Any]]
+    epoch_seconds: list[float]
+    train_seconds: float
+    seconds_per_epoch: float
+    train_accuracy: float
+    val_accuracy: float | None
+    test_accuracy: float
+    test_correct: list[int]
+    epoch_test_accuracy: list[float]
+    ood_task: str
+    ood_accuracy_before: float
+    ood_accuracy_after: float
+    ood_correct_after: list[int]
+    perplexity_before: float
+    perplexity_after: float
+    seeds: dict[str, int]
+    train_test_gap: float
+    forgetting_ood: float
+    perplexity_change: float
+    trainable_param_names: list[str]
+    profile: dict[str, Any]
+    lora_rank: int
+    resumed_from: str | None
+    stop_threshold: float | None
+    peak_rss_mib: float
+    rss_increase_mib: float
+    cuda_peak_allocated_mib: float | None
+    transferred_to: dict[str, str] | None
+    world_size: int
+    snapshot: str
+    wall_seconds: float
+
+
+def collect_results(
+    trainer: Trainer,
+    cfg: FinetuneConfig,
+    loaded: LoadedModel,
+    data: RunData,
+    score: Any,
+    score_ood: Any,
+    before: dict[str, float],
+) -> RunResults:
+    """Accuracy (train, validation, test), forgetting, time and the early-stopping record of a finished run."""
+    model, tokenizer = trainer.model, loaded.tokenizer
+    model.eval()
+    history = trainer.state.log_history
+    epoch_seconds = per_epoch(history, "epoch_seconds")
+    test_correct, ood_correct = score(model, data.test), score_ood(model, data.ood)
+    stopper = next((c for c in trainer.callback_handler.callbacks if isinstance(c, TopologicalEarlyStopping)), None)
+    total = count_parameters(loaded.model)
+    trainable = count_parameters(model, trainable_only=True)
+    results: RunResults = {
+        "config": cfg.to_dict(),
+        "model": {"name": loaded.name, "revision": loaded.revision, "total_params": total},
+        "method": cfg.method,
+        "task": cfg.task,
+        "learning_rate": trainer.args.learning_rate,
+        "trainable_params": trainable,
+        "trainable_fraction": trainable / total,
+        "epochs_run": len(epoch_seconds),
+        "stop_epoch": stopper.stop_epoch if stopper else None,
+        "drift_history": stopper.history if stopper else [],
+        "log_history": [h for h in history if "loss" in h],
+        "epoch_seconds": epoch_seconds,
+        "train_seconds": sum(epoch_seconds),
+        "seconds_per_epoch": sum(epoch_seconds) / max(1, len(epoch_seconds)),
+        "train_accuracy": accuracy(score(model, data.train.select(range(min(len(data.train), cfg.n_test))))),
+        "val_accuracy": accuracy(score(model, data.val)) if data.val is not None else None,
+        "test_accuracy": accuracy(test_correct),
+        "test_correct": test_correct.astype(int).tolist(),  # per test example, for paired bootstrap intervals
+        "epoch_test_accuracy": per_epoch(history, "test_accuracy"),
+        "ood_task": data.ood_task,
+        "ood_accuracy_before": before["ood_accuracy"],
+        "ood_accuracy_after": accuracy(ood_correct),
+        "ood_correct_after": ood_correct.astype(int).tolist(),
+        "perplexity_before": before["perplexity"],
+        "perplexity_after": perplexity(model, tokenizer, data.general_text, max_length=cfg.max_length),
+        "seeds": {"train": cfg.seed, "data": cfg.data_seed},
+    }
+    results["train_test_gap"] = results["train_accuracy"] - results["test_accuracy"]
+    results["forgetting_ood"] = results["ood_accuracy_before"] - results["ood_accuracy_after"]
+    results["perplexity_change"] = results["perplexity_after"] - results["perplexity_before"]
+    return results
+
+
+def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A run's ``results.json``; a missing or damaged file is a clear error (rerun the step)."""
+    path = Path(path)
+    try:
+        results = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise InputFileError(
+            f"results file {path} is missing or damaged ({exc.__class__.__name__})",
+            f"delete {path.parent} and run the fine-tune again",
+        ) from exc
+    if not isinstance(results, dict) or "test_accuracy" not in results:
+        raise InputFileError(
+            f"results file {path} is not a fine-tune's results", f"delete {path.parent} and run the fine-tune again"
+        )
+    return results

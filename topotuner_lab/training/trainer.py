@@ -1,0 +1,148 @@
+"""The model and the HF ``Trainer`` of one fine-tune: a trainable copy per method (full, LoRA, profile card),
+completion-only tokenization, and checkpoints that hold only what trains."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import DataCollatorForSeq2Seq, Trainer, TrainerCallback, TrainingArguments
+
+from topotuner_lab._io.errors import ParameterError
+from topotuner_lab.profiles.apply import apply_profile
+from topotuner_lab.profiles.card import ProfileCard
+from topotuner_lab.training.config import DEFAULT_LR, FinetuneConfig
+from topotuner_lab.training.data import RunData
+from topotuner_lab.training.evaluation import encode
+from topotuner_lab.weights.models import LoadedModel
+from topotuner_lab.weights.projections import enumerate_projections
+
+
+def tokenize_for_training(tokenizer: Any, dataset: Any, max_length: int) -> Any:
+    """input_ids = prompt + target (+ eos); loss only on the target tokens."""
+
+    def one(row: dict[str, Any]) -> dict[str, Any]:
+        prompt, target = encode(tokenizer, row["prompt"], row["target"], max_length - 1)
+        eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+        ids = prompt + target + eos
+        return {"input_ids": ids, "attention_mask": [1] * len(ids), "labels": [-100] * len(prompt) + target + eos}
+
+    return dataset.map(one, remove_columns=dataset.column_names)
+
+
+def lora_rank_for(model: torch.nn.Module, n_params: int) -> int:
+    """LoRA rank on all q/k/v/o whose trainable parameter count is closest to ``n_params``."""
+    per_rank = sum(sum(p.matrix(model).shape) for p in enumerate_projections(model))
+    return max(1, round(n_params / per_rank))
+
+
+def prepare_model(
+    loaded: LoadedModel, cfg: FinetuneConfig, card: ProfileCard | None
+) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """A trainable copy of the model for the method, and what was set up."""
+    model = copy.deepcopy(loaded.model)
+    info: dict[str, Any] = {}
+    if cfg.method == "full":
+        for p in model.parameters():
+            p.requires_grad_(True)
+    elif cfg.method == "profile":
+        info["trainable_param_names"] = apply_profile(model, card)
+        info["profile"] = {"strategy": card.strategy, "prior_task": card.prior_task, "trainable": card.trainable}
+    else:
+        from peft import LoraConfig, get_peft_model
+
+        rank = lora_rank_for(model, card.trainable_params) if cfg.lora_rank == "match" else int(cfg.lora_rank)
+        names = sorted({p.param_name.rsplit(".", 2)[-2] for p in enumerate_projections(model)})
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=rank,
+                lora_alpha=2 * rank,
+                lora_dropout=0.0,
+                target_modules=names,
+                fan_in_fan_out=loaded.model.config.model_type == "gpt2",
+            ),
+        )
+        info["lora_rank"] = rank
+    return model, info
+
+
+def last_checkpoint(output_dir: Path) -> str | None:
+    checkpoints = sorted(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    return str(checkpoints[-1]) if checkpoints else None
+
+
+TRAINABLE_WEIGHTS = "trainable.safetensors"
+
+
+class TrainableOnlyTrainer(Trainer):
+    """A ``Trainer`` whose checkpoints hold only the parameters that train (and their optimizer state).
+
+    A profile run trains ~1% of the model; saving the whole model every epoch would cost the full
+    model's size per checkpoint. Resuming loads the trainable tensors onto the same pretrained model.
+    """
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        from safetensors.torch import save_file
+
+        if not self.args.should_save:  # one writer under DDP
+            return
+        out = Path(output_dir or self.args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        trainable = {n: p.detach().contiguous().cpu() for n, p in self.model.named_parameters() if p.requires_grad}
+        save_file(trainable, str(out / TRAINABLE_WEIGHTS), metadata={"format": "pt"})
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: torch.nn.Module | None = None) -> None:
+        from safetensors.torch import load_file
+
+        path = Path(resume_from_checkpoint) / TRAINABLE_WEIGHTS
+        if not path.is_file():
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        target = model or self.model
+        missing = set(load_file(str(path))) - {n for n, _ in target.named_parameters()}
+        if missing:
+            raise ParameterError(
+                f"checkpoint {resume_from_checkpoint} holds parameters {sorted(missing)[:3]} this model lacks",
+                "resume with the same model and card, or delete the run folder to start over",
+            )
+        target.load_state_dict(load_file(str(path)), strict=False)
+
+
+def build_trainer(
+    model: torch.nn.Module, tokenizer: Any, cfg: FinetuneConfig, data: RunData, callbacks: list[TrainerCallback]
+) -> Trainer:
+    """An HF ``Trainer`` for ``cfg``: weight decay 0 (frozen rows of fused matrices never move), one kept checkpoint
+    per epoch, the terminal progress bar HF shows; profile runs checkpoint only their trainable tensors."""
+    args = TrainingArguments(
+        output_dir=cfg.output_dir,
+        num_train_epochs=cfg.epochs,
+        per_device_train_batch_size=cfg.batch_size,
+        learning_rate=cfg.learning_rate or DEFAULT_LR[cfg.method],
+        weight_decay=0.0,
+        lr_scheduler_type=cfg.lr_scheduler,
+        logging_strategy="epoch",
+        save_strategy="epoch" if cfg.save_checkpoints else "no",
+        save_total_limit=1,
+        save_only_model=False,
+        restore_callback_states_from_checkpoint=True,
+        report_to=[],
+        seed=cfg.seed,
+        data_seed=cfg.data_seed,
+        disable_tqdm=False,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
+        ddp_find_unused_parameters=False,
+        use_cpu=not (
+            torch.cuda.is_available() or torch.backends.mps.is_available()
+        ),  # CPU-only: several processes run DDP over gloo
+    )
+    trainer_class = TrainableOnlyTrainer if cfg.method == "profile" else Trainer
+    return trainer_class(
+        model=model,
+        args=args,
+        train_dataset=tokenize_for_training(tokenizer, data.train, cfg.max_length),
+        data_collator=DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100),
+        callbacks=callbacks,
+    )
