@@ -6,7 +6,7 @@ from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.tables import save_table
 from topotuner_lab.lab.plots import card_comparison
-from topotuner_lab.lab.workbench import cards_to_compare
+from topotuner_lab.lab.workbench import card_pair
 from topotuner_lab.profiles.apply import identity_of
 from topotuner_lab.profiles.compare import compare_cards
 from topotuner_lab.profiles.select import build_profile
@@ -81,6 +81,6 @@ def test_default_pair_is_the_notebook_card_against_the_magnitude_control(llama_c
     (tmp_path / "cards").mkdir()
     make("high-drift").save(tmp_path / "cards" / "profile.json")
     save_table(table, tmp_path / "drift-sst2.parquet")
-    a, b, labels = cards_to_compare(tmp_path)
+    a, b, labels = card_pair(tmp_path)
     assert (a.strategy, b.strategy) == ("high-drift", "magnitude") and b.budget == a.budget
     assert labels[0] != labels[1]

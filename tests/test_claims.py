@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from topotuner_lab.study.claims import COMPETITIVE_MARGIN, claim_results, compared_runs, summary_verdict
+from topotuner_lab.study.claims import COMPETITIVE_MARGIN, claim_results, runs_at_chosen_rate, summary_verdict
 from topotuner_lab.study.stats import HELD, INCONCLUSIVE, NOT_HELD, Interval, bootstrap_ratio, paired_bootstrap, verdict
 
 
@@ -76,7 +76,7 @@ def test_claims_compare_the_validation_chosen_card_and_judge_each_claim():
     card[:90] = 0  # 15 points worse than full FT everywhere it was right there
     lora = (rng.random(600) < 0.3).astype(int)
     results, correct = _results(card, full, lora, control_correct=(rng.random(600) < 0.5).astype(int))
-    assert "sweep" not in set(compared_runs(results)["run_dir"])  # sweep runs never enter a claim
+    assert "sweep" not in set(runs_at_chosen_rate(results)["run_dir"])  # sweep runs never enter a claim
     claims = {c.claim: c for c in claim_results(results, correct)}
     competitive = claims["competitive with full fine-tuning"]
     assert competitive.measure.startswith("profile:high-drift@0.01")  # the better card on validation, not on test
@@ -109,10 +109,19 @@ def test_a_stop_threshold_below_the_earliest_possible_stop_is_not_testable(epoch
 
 
 def test_report_flags_a_rate_chosen_at_the_edge_of_its_grid():
-    from topotuner_lab.lab.report import lr_section
+    from topotuner_lab.lab.report.sections import lr_section
 
     rows = [
-        {"prior": "sst2", "target": "agnews", "seed": 0, "run": run, "lr": lr, "val_acc": acc, "selected": chosen}
+        {
+            "prior": "sst2",
+            "target": "agnews",
+            "seed": 0,
+            "run": run,
+            "lr": lr,
+            "val_acc": acc,
+            "selected": chosen,
+            "schedule": "linear",
+        }
         for run, grid, best in (("full", (1e-5, 3e-5, 1e-4), 3e-5), ("lora@0.01", (3e-4, 1e-3, 3e-3), 3e-3))
         for lr, acc, chosen in ((lr, 0.9 if lr == best else 0.8, lr == best) for lr in grid)
     ]

@@ -83,7 +83,8 @@ def test_drift_against_the_learning_rate_schedule():
 
 
 def test_time_to_stop_counts_the_stopping_rules_own_cost():
-    from topotuner_lab.study.protocol import _summary
+    from topotuner_lab.study.plan import RunKey, RunSpec
+    from topotuner_lab.study.protocol import summary_row
 
     res = {
         "test_accuracy": 0.8,
@@ -105,5 +106,40 @@ def test_time_to_stop_counts_the_stopping_rules_own_cost():
         "config": {"lr_scheduler": "linear", "epochs": 3},
         "drift_history": [{"epoch": k, "normalized": 1.0, "seconds": 0.5} for k in (1, 2, 3)],
     }
-    row = _summary("sst2", "agnews", 0, "full", {**res, "learning_rate": 1e-4}, True, Path("runs/x"))
+    spec = RunSpec("sst2", "agnews", 0, RunKey("full"), "chosen")
+    row = summary_row(spec, {**res, "learning_rate": 1e-4}, True, Path("runs/x"))
+    assert (row["method"], row["strategy"], row["budget"], row["run"]) == ("full", None, None, "full")
     assert row["train_sec_to_stop"] == 21.0 and row["topo_sec_per_epoch"] == 0.5 and row["acc_at_stop"] == 0.7
+
+
+def test_plan_of_the_tiny_preset_is_the_grid_the_comparison_runs():
+    from topotuner_lab.study.plan import RunKey, plan
+    from topotuner_lab.study.presets import PRESETS
+
+    specs = plan(PRESETS["tiny"])
+    assert len(specs) == 26
+    first = [s for s in specs if s.seed == 0]
+    cards = [RunKey("profile", s, 0.05) for s in ("high-drift", "low-drift", "random", "magnitude")]
+    assert [s.key for s in first if s.role == "sweep"][::2] == [RunKey("full"), *cards, RunKey("lora", None, 0.05)]
+    assert all(s.lr is not None for s in first if s.role == "sweep") and {s.role for s in specs if s.seed == 1} == {
+        "chosen",
+        "constant",
+    }
+    constant = [s.key for s in specs if s.role == "constant"]
+    assert constant[:4] == [RunKey("profile", c.strategy, 0.05, "constant") for c in cards]
+    assert constant[0].name == "profile:high-drift@0.05+constant" and RunKey.parse(constant[0].name) == constant[0]
+
+
+def test_lora_matches_the_budgets_first_card_when_high_drift_is_not_run(tmp_path):
+    from dataclasses import replace
+
+    from topotuner_lab.study.plan import plan
+    from topotuner_lab.study.presets import PRESETS
+    from topotuner_lab.study.protocol import config_for
+
+    preset = replace(PRESETS["tiny"], strategies=("random", "magnitude"), constant_lr=())
+    cards = {("sst2", s, 0.05): tmp_path / f"{s}.json" for s in preset.strategies}
+    lora = next(s for s in plan(preset) if s.key.method == "lora")
+    cfg = config_for(preset, lora, cards, 1e-3, tmp_path / "run")
+    assert cfg.method == "lora" and cfg.lora_rank == "match" and cfg.profile == str(tmp_path / "random.json")
+    assert cfg.output_dir == str(tmp_path / "run" / "lr-0.001") and cfg.learning_rate == 1e-3

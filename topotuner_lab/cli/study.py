@@ -9,13 +9,14 @@ from topotuner_lab._io.outputs import check_output_dir, check_writable
 
 def _cmd_reproduce(args: argparse.Namespace) -> None:
     from topotuner_lab.lab.report import write_report
-    from topotuner_lab.study.protocol import get_preset, run_comparison
+    from topotuner_lab.study.presets import get_preset
+    from topotuner_lab.study.protocol import run_study
 
     preset = get_preset(args.preset)
     check_output_dir(args.output, "output folder")
     report = args.report or ("docs/RESULTS.md" if args.preset.startswith("cpu-") else f"{args.output}/RESULTS.md")
     check_writable(report, "report", suffixes=(".md",))
-    results = run_comparison(preset, args.output)
+    results = run_study(preset, args.output)
     write_report(args.output, report, f"topotuner-lab reproduce --preset {args.preset}")
     print(f"wrote {args.output}/results.csv ({len(results)} runs) and {report}")
 

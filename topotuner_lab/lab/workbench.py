@@ -14,8 +14,7 @@ from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.drift.tables import load_table
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.profiles.select import build_profile
-from topotuner_lab.study.workspace import WorkDir, drift_table_once, finetune_once, noise_tables_once
-from topotuner_lab.study.workspace import pretrained_snapshot as _pretrained_snapshot
+from topotuner_lab.study.workspace import WorkDir, drift_table_once, finetune_once, noise_tables_once, snapshot_once
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.results import load_results
 from topotuner_lab.weights.models import LoadedModel, load_model
@@ -28,7 +27,7 @@ NOISE_SEEDS: tuple[int, ...] = (0, 1)
 def pretrained_snapshot(model: str, work_dir: str | Path) -> tuple[LoadedModel, Snapshot]:
     """Load the model and write (or reuse, if its weights match) ``work_dir/pretrained.safetensors``."""
     loaded = load_model(model)
-    return loaded, _pretrained_snapshot(loaded, WorkDir(work_dir).pretrained)
+    return loaded, snapshot_once(loaded, WorkDir(work_dir).pretrained)
 
 
 def finetuned_snapshot(loaded: LoadedModel, work_dir: str | Path, task: str, **config: Any) -> Snapshot:
@@ -68,7 +67,7 @@ def check_noise(work_dir: str | Path, prior_task: str, metric: str = "h0_w1") ->
     return noise_check(table, noise, metric, warn=True)
 
 
-def compare_methods(
+def train_methods(
     loaded: LoadedModel,
     card: str | Path,
     work_dir: str | Path,
@@ -101,7 +100,7 @@ def compare_methods(
     return results
 
 
-def compared_run(work_dir: str | Path, task: str, method: str = "profile") -> dict[str, Any]:
+def method_run(work_dir: str | Path, task: str, method: str = "profile") -> dict[str, Any]:
     """The results of one run of notebook 5's comparison (a clear error if notebook 5 has not run)."""
     return load_results(WorkDir(work_dir).compare_run(task, method) / "results.json")
 
@@ -122,7 +121,7 @@ def results_frame(results: dict[str, dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame([{"run": name, **{c: res.get(c) for c in cols}} for name, res in results.items()])
 
 
-def cards_to_compare(
+def card_pair(
     work_dir: str | Path, card_a: str = "", card_b: str = ""
 ) -> tuple[ProfileCard, ProfileCard, tuple[str, str]]:
     """Two cards and their labels. ``card_a`` defaults to notebook 4's card; ``card_b`` to the magnitude

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from topotuner_lab.study.plan import with_key_columns
 from topotuner_lab.study.stats import (
     INCONCLUSIVE,
     UNTESTABLE,
@@ -55,35 +56,24 @@ class ClaimResult:
         return asdict(self)
 
 
-def method_family(run: str) -> str:
-    """``full``, ``lora`` or ``profile`` for a run name such as ``profile:high-drift@0.01``."""
-    return run.split(":")[0].split("@")[0].split("+")[0]
+def runs_at_chosen_rate(results: pd.DataFrame) -> pd.DataFrame:
+    """Runs at each arm's selected rate with the linear schedule (sweep runs and constant-rate runs left out)."""
+    results = with_key_columns(results)
+    return results[results["selected"].astype(bool) & (results["schedule"].fillna("linear") == "linear")]
 
 
-def strategy_of(run: str) -> str | None:
-    """``high-drift`` for ``profile:high-drift@0.01``; None for full FT and LoRA."""
-    return run.split(":", 1)[1].split("@")[0] if run.startswith("profile:") else None
+def stopping_runs(results: pd.DataFrame) -> pd.DataFrame:
+    """Card runs that say when the stopping rule fires: at the chosen rate, linear and constant schedules."""
+    results = with_key_columns(results)
+    constant = results["schedule"].fillna("linear") == "constant"
+    return results[(results["method"] == "profile") & (results["selected"].astype(bool) | constant)]
 
 
-def budget_of(run: str) -> str | None:
-    return run.split("@", 1)[1] if "@" in run else None
-
-
-def compared_runs(results: pd.DataFrame) -> pd.DataFrame:
-    """Runs at each method's selected rate with the linear schedule (sweep runs and constant-rate runs left out)."""
-    keep = (
-        results["selected"].astype(bool)
-        & (results["schedule"].fillna("linear") == "linear")
-        & ~results["run"].str.contains(r"\+", regex=True)
-    )
-    return results[keep]
-
-
-def _best_by_validation(group: pd.DataFrame, strategies: tuple[str, ...], budget: str | None = None) -> str | None:
+def _best_by_validation(group: pd.DataFrame, strategies: tuple[str, ...], budget: float | None = None) -> str | None:
     """The run name among ``strategies`` (at ``budget``) with the best mean validation accuracy over seeds."""
-    runs = group[group["run"].map(strategy_of).isin(strategies)]
+    runs = group[group["strategy"].isin(strategies)]
     if budget is not None:
-        runs = runs[runs["run"].map(budget_of) == budget]
+        runs = runs[runs["budget"] == budget]
     if runs.empty:
         return None
     return str(runs.groupby("run")["val_acc"].mean().idxmax())
@@ -109,7 +99,7 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
 
     ``correct(run_dir, key)`` returns a run's per-example correctness list (``test_correct`` or ``ood_correct_after``).
     """
-    runs = compared_runs(results)
+    runs = runs_at_chosen_rate(results)
     claims: list[ClaimResult] = []
 
     def stacked(group: pd.DataFrame, name: str, seeds: list[int], key: str) -> np.ndarray:
@@ -143,8 +133,9 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
                     0.0,
                 )
             )
-        for lora in sorted(group.loc[group["run"].str.startswith("lora@"), "run"].unique()):
-            card = _best_by_validation(group, TOPOLOGY, budget_of(lora))
+        loras = group[group["method"] == "lora"].drop_duplicates("run").sort_values("run")
+        for lora, budget in zip(loras["run"], loras["budget"]):
+            card = _best_by_validation(group, TOPOLOGY, budget)
             if card:
                 claims.append(
                     _result(
@@ -171,10 +162,10 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
 
 
 def _speed_claims(runs: pd.DataFrame) -> list[ClaimResult]:
-    profile = runs.loc[runs["run"].str.startswith("profile:"), "sec_per_epoch"]
+    profile = runs.loc[runs["method"] == "profile", "sec_per_epoch"]
     out = []
     for name, threshold in (("full", FASTER_THAN_FULL), ("lora", FASTER_THAN_LORA)):
-        other = runs.loc[runs["run"].str.startswith(name), "sec_per_epoch"]
+        other = runs.loc[runs["method"] == name, "sec_per_epoch"]
         if len(profile) and len(other):
             out.append(
                 _result(
@@ -192,10 +183,7 @@ def _speed_claims(runs: pd.DataFrame) -> list[ClaimResult]:
 def _stopping_claims(results: pd.DataFrame) -> list[ClaimResult]:
     """Median stop epoch of the card runs (runs that never stopped count as the full budget), per schedule."""
     out = []
-    cards = results[
-        results["run"].str.startswith("profile:") & results["selected"].astype(bool)
-        | results["run"].str.contains(r"\+constant", regex=True)
-    ]
+    cards = stopping_runs(results)
     for schedule, group in cards.groupby(cards["schedule"].fillna("linear")):
         budget = int(group["epochs_run"].max())
         stops = group["stop_epoch"].fillna(budget).astype(float)

@@ -114,7 +114,7 @@ def reuse_or_compute(
     return compute()
 
 
-def pretrained_snapshot(loaded: LoadedModel, path: Path) -> Snapshot:
+def snapshot_once(loaded: LoadedModel, path: Path) -> Snapshot:
     """The model's snapshot at ``path``, reused only if its weights are this model's."""
     from topotuner_lab.weights.extract import extract_snapshot
     from topotuner_lab.weights.snapshot import load_snapshot, save_snapshot

@@ -1,52 +1,34 @@
-"""docs/RESULTS.md from a comparison run: tables, drift heatmaps per prior task, which projection
-kinds drift most, and a claim-by-claim check against the paper computed from the numbers."""
+"""The report's sections: pure functions from what a comparison computed (tables, claims, snapshots) to Markdown.
+
+Nothing here reads a file or starts a computation; :mod:`.inputs` loads, :mod:`.figures` exports figures.
+"""
 
 from __future__ import annotations
-
-import json
-from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from topotuner_lab._io import atomic
-from topotuner_lab._io.errors import InputFileError
 from topotuner_lab.drift.noise import noise_check
-from topotuner_lab.drift.settings import DriftSettings
-from topotuner_lab.drift.tables import load_table
-from topotuner_lab.lab.plots import drift_heatmaps, save_figure
 from topotuner_lab.profiles.card import NORMALIZATIONS, ModelIdentity
 from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.study.claims import (
     COMPETITIVE_MARGIN,
     ClaimResult,
-    claim_results,
     claims_frame,
-    compared_runs,
-    correct_from,
-    method_family,
+    runs_at_chosen_rate,
+    stopping_runs,
     summary_verdict,
 )
-from topotuner_lab.study.workspace import WorkDir, noise_tables_once
+from topotuner_lab.study.markdown import markdown_table
+from topotuner_lab.study.presets import Preset
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
 from topotuner_lab.weights.projections import KINDS
-from topotuner_lab.weights.snapshot import NOISE_SCALE, Snapshot, load_snapshot
-
-
-def markdown_table(table: pd.DataFrame) -> str:
-    """A results table as Markdown, numbers rounded for reading; a ``seed`` column with one value is left out."""
-    shown = table.drop(columns=["seed"] if "seed" in table and table["seed"].nunique() == 1 else []).copy()
-    for col in shown.columns:
-        if shown[col].dtype.kind == "f":
-            shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:.3g}")
-    return shown.to_markdown(index=False)
+from topotuner_lab.weights.snapshot import NOISE_SCALE, Snapshot
 
 
 def spread_table(results: pd.DataFrame) -> pd.DataFrame:
     """Mean and standard deviation over seeds, per setting and run, at each run's selected learning rate."""
-    with_drop = compared_runs(results).assign(ood_drop=results["ood_acc_before"] - results["ood_acc_after"])
+    with_drop = runs_at_chosen_rate(results).assign(ood_drop=results["ood_acc_before"] - results["ood_acc_after"])
     table = with_drop.groupby(["prior", "target", "run"], sort=False).agg(
         seeds=("seed", "nunique"),
         lr=("lr", "first"),
@@ -96,12 +78,11 @@ def model_family_section(kinds: dict[tuple[str, str], pd.Series]) -> str:
 
 
 def noise_floor_section(
-    pre: Snapshot, post_path: Path, table: pd.DataFrame, noise: list[pd.DataFrame], metric: str
+    pre: Snapshot, post: Snapshot | None, table: pd.DataFrame, noise: list[pd.DataFrame], metric: str
 ) -> str:
-    """Real drift beside the noise floor (the 4-bit grid effect); empty without the fine-tuned snapshot."""
-    if not post_path.is_file():
+    """Real drift beside the noise floor (the 4-bit grid effect); empty without the fine-tuned snapshot or noise."""
+    if post is None or not noise:
         return ""
-    post = load_snapshot(post_path)
     cols = ["h0_w1", "h1_w1", "rel_frobenius", "row_cosine_change"]
     floor = pd.concat(noise)[cols].median()
     ratio = (table[cols].median() / floor).to_frame("median fine-tune drift / median noise drift")
@@ -117,55 +98,50 @@ def noise_floor_section(
     )
 
 
-def setup_section(preset: dict[str, Any], runs: int, results: pd.DataFrame) -> str:
+def setup_section(preset: Preset, runs: int, planned: int, results: pd.DataFrame) -> str:
     """What was run and what each run costs here, from the preset the comparison recorded."""
-    prior, target = preset["prior"], preset["target"]
-    grids = "; ".join(f"{fam} {', '.join(f'{lr:g}' for lr in lrs)}" for fam, lrs in preset["lr_grid"].items())
+    prior, target = preset.prior, preset.target
+    grids = "; ".join(f"{fam} {', '.join(f'{lr:g}' for lr in lrs)}" for fam, lrs in preset.lr_grid.items())
     lines = [
-        f"Model: {preset['model'] or 'embedded SmolLM2-135M-Instruct'}; priors {', '.join(preset['prior_tasks'])}, "
+        f"Model: {preset.model or 'embedded SmolLM2-135M-Instruct'}; priors {', '.join(preset.prior_tasks)}, "
         "each card transferred to the other "
-        f"task(s) of {', '.join(preset['target_tasks'])}; seeds {preset['seeds']} (each sets the training seed and "
+        f"task(s) of {', '.join(preset.target_tasks)}; seeds {preset.seeds} (each sets the training seed and "
         "which training rows are drawn; "
         "the test rows are the same for every seed and method, so comparisons are paired).",
-        f"Prior fine-tune: full FT, {prior['n_train']} examples x {prior['epochs']} epoch(s), lr "
-        f"{prior['learning_rate'] or 'default'}.",
-        f"Targets: {target['n_train']} training, {target['n_val']} validation (carved from the training split), "
-        f"{target['n_test']} test examples; "
-        f"{target['epochs']} epochs, batch {target['batch_size']}, {target['max_length']} tokens, linear "
+        f"Prior fine-tune: full FT, {prior.n_train} examples x {prior.epochs} epoch(s), lr "
+        f"{prior.learning_rate or 'default'}.",
+        f"Targets: {target.n_train} training, {target.n_val} validation (carved from the training split), "
+        f"{target.n_test} test examples; "
+        f"{target.epochs} epochs, batch {target.batch_size}, {target.max_length} tokens, linear "
         "learning-rate decay.",
         f"Learning rates: each method (full FT, LoRA, each card strategy at each budget) swept over {grids} on the "
         "first seed, the rate with the best "
         "validation accuracy kept for the other seeds; the chosen rates are in the learning-rate section.",
-        f"Cards: {', '.join(preset['strategies'])} ranked by `{preset['metric']}` with `{preset['normalization']}` "
+        f"Cards: {', '.join(preset.strategies)} ranked by `{preset.metric}` with `{preset.normalization}` "
         "normalization (see the normalization "
-        f"section), at budgets {', '.join(f'{100 * b:g}%' for b in preset['budgets'])} of all parameters; LoRA on "
+        f"section), at budgets {', '.join(f'{100 * b:g}%' for b in preset.budgets)} of all parameters; LoRA on "
         "q/k/v/o with the rank closest to the "
         "high-drift card's parameter count.",
-        f"Early stopping: threshold {preset['stop_threshold']} on H0 W1 epoch-to-epoch drift normalized by the "
+        f"Early stopping: threshold {preset.stop_threshold} on H0 W1 epoch-to-epoch drift normalized by the "
         "first epoch's"
-        + (
-            ", observe mode (a stopped run is the full-budget run cut at its stop epoch)"
-            if target["observe_only"]
-            else ""
-        )
+        + (", observe mode (a stopped run is the full-budget run cut at its stop epoch)" if target.observe_only else "")
         + (
             "; the card(s) "
-            + ", ".join(_constant_strategies(preset))
+            + ", ".join(list(preset.constant_lr))
             + " also run at their chosen rate with a constant schedule, to see the rule apart from a decaying rate."
-            if _constant_strategies(preset)
+            if list(preset.constant_lr)
             else "."
         ),
     ]
     if "wall_sec" in results and results["wall_sec"].notna().any():
-        cost = results.groupby(results["run"].map(method_family))["wall_sec"].median() / 60
+        cost = results.groupby("method")["wall_sec"].median() / 60
         lines.append(
             "Cost here (2 CPU cores), median minutes per fine-tune including evaluation: "
             + ", ".join(f"{k} {v:.1f}" for k, v in cost.items())
             + f"; {runs} fine-tunes in all, {results['wall_sec'].sum() / 3600:.1f} h."
         )
-    if preset.get("other_models"):
-        lines.append(f"Drift only (own prior fine-tunes, no transfer grid): {', '.join(preset['other_models'])}.")
-    planned = preset.get("planned_runs", runs)
+    if preset.other_models:
+        lines.append(f"Drift only (own prior fine-tunes, no transfer grid): {', '.join(preset.other_models)}.")
     if runs < planned:
         lines.append(
             f"**Partial run**: {runs} of the {planned} planned fine-tunes are done (seeds are the outer loop, so "
@@ -173,12 +149,6 @@ def setup_section(preset: dict[str, Any], runs: int, results: pd.DataFrame) -> s
             "rerunning the command resumes the rest."
         )
     return "\n## Setup\n\n" + "".join(f"- {line}\n" for line in lines)
-
-
-def _constant_strategies(preset: dict[str, Any]) -> list[str]:
-    """Strategies run at a constant rate too (older preset files say ``true`` for all of them)."""
-    constant = preset.get("constant_lr") or []
-    return list(preset.get("strategies", [])) if constant is True else list(constant)
 
 
 def claims_section(claims: list[ClaimResult]) -> str:
@@ -213,7 +183,7 @@ def claims_section(claims: list[ClaimResult]) -> str:
 
 def lr_section(results: pd.DataFrame) -> str:
     """Validation accuracy of every rate tried, per setting and method, and the rate chosen."""
-    first = results[~results["run"].str.contains(r"\+", regex=True) & (results["seed"] == results["seed"].min())]
+    first = results[(results["schedule"].fillna("linear") == "linear") & (results["seed"] == results["seed"].min())]
     sweep = first.pivot_table(index=["prior", "target", "run"], columns="lr", values="val_acc", sort=False)
     sweep.columns = [f"val acc @ {lr:g}" for lr in sweep.columns]
     chosen = first[first["selected"].astype(bool)].set_index(["prior", "target", "run"])["lr"].rename("chosen lr")
@@ -239,10 +209,7 @@ def lr_section(results: pd.DataFrame) -> str:
 
 def stopping_section(results: pd.DataFrame) -> str:
     """Stop epochs by schedule, and how closely the linear runs' drift followed the learning rate."""
-    cards = results[
-        results["run"].str.startswith("profile:")
-        & (results["selected"].astype(bool) | results["run"].str.contains(r"\+constant", regex=True))
-    ]
+    cards = stopping_runs(results)
     if cards.empty:
         return ""
     table = cards.groupby(cards["schedule"].fillna("linear")).agg(
@@ -260,7 +227,7 @@ def stopping_section(results: pd.DataFrame) -> str:
         + "\n"
     ]
     if results["drift_minus_lr_ratio"].notna().any():
-        gap = results.groupby(results["run"].map(method_family))["drift_minus_lr_ratio"].median()
+        gap = results.groupby("method")["drift_minus_lr_ratio"].median()
         lines.append(
             "\nNormalized epoch drift minus the epoch's learning rate relative to the first epoch's (linear runs), "
             "median per method: "
@@ -271,31 +238,32 @@ def stopping_section(results: pd.DataFrame) -> str:
 
 
 def normalization_section(
-    table: pd.DataFrame, identity: ModelIdentity, noise: list[pd.DataFrame], preset: dict[str, Any], prior: str
+    table: pd.DataFrame, identity: ModelIdentity, noise: list[pd.DataFrame], preset: Preset, prior: str
 ) -> str:
     """Which matrices a high-drift card picks under each normalization, and how far from the one the claims use."""
     rows = []
-    for budget in preset["budgets"]:
+    for budget in preset.budgets:
         picks = {
             norm: build_profile(
                 table,
                 identity,
                 prior_task=prior,
-                metric=preset["metric"],
+                metric=preset.metric,
                 fraction=budget,
                 normalization=norm,
                 noise=noise,
             ).trainable
             for norm in NORMALIZATIONS
+            if norm != "noise-z" or len(noise) >= 2
         }
-        used = set(picks[preset["normalization"]])
+        used = set(picks[preset.normalization])
         for norm, chosen in picks.items():
             rows.append(
                 {
                     "budget": f"{100 * budget:g}%",
-                    "normalization": norm + (" (used)" if norm == preset["normalization"] else ""),
+                    "normalization": norm + (" (used)" if norm == preset.normalization else ""),
                     "trainable": ", ".join(chosen),
-                    f"Jaccard vs {preset['normalization']}": len(used & set(chosen)) / len(used | set(chosen)),
+                    f"Jaccard vs {preset.normalization}": len(used & set(chosen)) / len(used | set(chosen)),
                 }
             )
     return (
@@ -305,83 +273,40 @@ def normalization_section(
     )
 
 
-def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
-    """Write the Markdown report for the comparison under ``out_dir`` to ``target`` (figures beside it)."""
-    out, target = WorkDir(out_dir), Path(target)
-    if not out.results.is_file() or not out.preset.is_file():
-        raise InputFileError(
-            f"{out.root} holds no comparison (results.csv and preset.json)", "run `topotuner-lab reproduce` first"
-        )
-    results = pd.read_csv(out.results)
-    preset = json.loads(out.preset.read_text())
-    if "selected" not in results.columns or "lr_grid" not in preset:
-        raise InputFileError(
-            f"{out.root} holds a comparison of the earlier protocol (no learning-rate selection)",
-            "run `topotuner-lab reproduce` into a new folder (-o) to use the tuned protocol",
-        )
-    figures = target.parent / "figures"
-    claims = claim_results(results, correct_from(out.root))
-    parts = [
-        f"# Results: the paper's comparison in miniature\n\nProduced by `{command}` on "
-        f"{datetime.now(timezone.utc):%Y-%m-%d} "
-        "(2 CPU cores, no GPU). Every number below comes from that run's `results.csv` and run folders; nothing is "
-        "typed in by hand.\n"
-    ]
-    parts.append(setup_section(preset, len(results), results))
-    parts.append(claims_section(claims))
-    parts.append(lr_section(results))
-    parts.append(
-        "\n## Mean and spread over seeds\n\nAt each method's chosen rate. `test_acc_std` is the standard deviation "
-        "over seeds; `ood_drop_mean` "
-        "= out-of-domain accuracy before minus after (forgetting).\n\n" + markdown_table(spread_table(results)) + "\n"
+def header(command: str, day: str, machine: str) -> str:
+    """The title and where the numbers come from."""
+    return (
+        f"# Results: the paper's comparison in miniature\n\nProduced by `{command}` on {day} ({machine}). Every "
+        "number below comes from that run's `results.csv` and run folders; nothing is typed in by hand.\n"
     )
-    parts.append(stopping_section(results))
-    kinds: dict[tuple[str, str], pd.Series] = {}
-    settings = DriftSettings(**{k: tuple(v) if k == "orders" else v for k, v in preset["drift"].items()})
-    for work in [out, *out.models()]:
-        tables = work.drift_tables()
-        if not tables or not work.pretrained.is_file():
-            continue
-        pre = load_snapshot(work.pretrained)
-        noise = noise_tables_once(
-            pre, work, preset["noise_seeds"], settings
-        )  # computed by the comparison for the main model
-        tag = "" if work == out else f"{work.root.name}_"
-        for table_path in tables:
-            prior = WorkDir.prior_task_of(table_path)
-            table = load_table(table_path)
-            by_kind = drift_by_kind(table)
-            kinds[(pre.model, prior)] = by_kind["h0_w1_per_row"]
-            save_figure(
-                drift_heatmaps(
-                    table,
-                    ["h0_w1", "h1_w1", "rel_frobenius"],
-                    title=f"{pre.model}: drift after the {prior} prior fine-tune",
-                ),
-                figures / f"results_drift_{tag}{prior}",
-            )
-            ranked = by_kind["h0_w1_per_row"].sort_values(ascending=False)
-            parts.append(
-                f"\n## {pre.model}: drift after the {prior} prior fine-tune\n\n![drift "
-                f"heatmaps](figures/results_drift_{tag}{prior}.png)\n\n"
-                "Mean drift per projection kind (ranked by H0 W1 per row, since W1 sums over a diagram's points: "
-                f"{' > '.join(ranked.index)}):\n\n"
-                + by_kind.to_markdown(floatfmt=".4g")
-                + "\n"
-                + noise_floor_section(pre, work.finetuned(prior), table, noise, preset["metric"])
-            )
-            if work == out:
-                parts.append(normalization_section(table, ModelIdentity.from_snapshot(pre), noise, preset, prior))
-    if len({model for model, _ in kinds}) > 1:
-        parts.append(model_family_section(kinds))
-    parts.append(
-        "\n## All runs\n\nEvery fine-tune, the learning-rate sweeps included (`selected` marks the runs at the "
-        "chosen rate). `gap` = train - test "
-        "accuracy; `ood_*` = accuracy on the other task (forgetting); `ppl_*` = perplexity on held-out GSM8K text; "
-        "`stop_epoch` = where topological "
-        "early stopping fired; `peak_rss_mib` = the process's resident peak during training, `rss_increase_mib` = that peak minus the resident size when training began (sampled every 20 ms).\n\n"
-        + markdown_table(results.drop(columns=["run_dir"]))
+
+
+def spread_section(results: pd.DataFrame) -> str:
+    """Mean and spread over seeds at each arm's chosen rate."""
+    return (
+        "\n## Mean and spread over seeds\n\nAt each method's chosen rate. `test_acc_std` is the standard deviation "
+        "over seeds; `ood_drop_mean` = out-of-domain accuracy before minus after (forgetting).\n\n"
+        + markdown_table(spread_table(results))
         + "\n"
     )
-    atomic.write_text(target, "".join(parts))
-    return target
+
+
+def drift_section(model: str, prior: str, figure: str, by_kind: pd.DataFrame) -> str:
+    """One prior fine-tune's drift: the heatmap figure and the mean drift per projection kind."""
+    ranked = by_kind["h0_w1_per_row"].sort_values(ascending=False)
+    return (
+        f"\n## {model}: drift after the {prior} prior fine-tune\n\n![drift heatmaps]({figure})\n\n"
+        "Mean drift per projection kind (ranked by H0 W1 per row, since W1 sums over a diagram's points: "
+        f"{' > '.join(ranked.index)}):\n\n" + by_kind.to_markdown(floatfmt=".4g") + "\n"
+    )
+
+
+def all_runs_section(results: pd.DataFrame) -> str:
+    """Every fine-tune, the sweeps included."""
+    return (
+        "\n## All runs\n\nEvery fine-tune, the learning-rate sweeps included (`selected` marks the runs at the "
+        "chosen rate). `gap` = train - test accuracy; `ood_*` = accuracy on the other task (forgetting); `ppl_*` = "
+        "perplexity on held-out GSM8K text; `stop_epoch` = where topological early stopping fired; `peak_rss_mib` "
+        "= the process's resident peak during training, `rss_increase_mib` = that peak minus the resident size when "
+        "training began (sampled every 20 ms).\n\n" + markdown_table(results.drop(columns=["run_dir"])) + "\n"
+    )

@@ -1,0 +1,55 @@
+"""The Markdown report of a comparison (``docs/RESULTS.md``): load what the comparison computed
+(:mod:`.inputs`), export its figures (:mod:`.figures`), render pure sections (:mod:`.sections`)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+from topotuner_lab._io import atomic
+from topotuner_lab.lab.report import sections
+from topotuner_lab.lab.report.figures import export_drift_figures
+from topotuner_lab.lab.report.inputs import StudyInputs, load_study
+from topotuner_lab.profiles.card import ModelIdentity
+
+
+def render(study: StudyInputs, figures: dict[tuple[str, str], str], command: str, day: str) -> str:
+    """The report's Markdown from loaded inputs and the figure paths (model, prior) -> relative path."""
+    results, preset = study.results, study.preset
+    parts = [
+        sections.header(command, day, study.machine),
+        sections.setup_section(preset, len(results), study.planned_runs, results),
+        sections.claims_section(study.claims),
+        sections.lr_section(results),
+        sections.spread_section(results),
+        sections.stopping_section(results),
+    ]
+    kinds = {}
+    for index, model in enumerate(study.models):
+        for prior, table in model.tables.items():
+            by_kind = sections.drift_by_kind(table)
+            kinds[(model.name, prior)] = by_kind["h0_w1_per_row"]
+            parts.append(sections.drift_section(model.name, prior, figures[(model.name, prior)], by_kind))
+            parts.append(
+                sections.noise_floor_section(
+                    model.pretrained, model.finetuned.get(prior), table, model.noise, preset.metric
+                )
+            )
+            if index == 0:
+                identity = ModelIdentity.from_snapshot(model.pretrained)
+                parts.append(sections.normalization_section(table, identity, model.noise, preset, prior))
+    if len({name for name, _ in kinds}) > 1:
+        parts.append(sections.model_family_section(kinds))
+    parts.append(sections.all_runs_section(results))
+    return "".join(parts)
+
+
+def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
+    """Write the Markdown report for the comparison under ``out_dir`` to ``target`` (figures beside it)."""
+    study, target = load_study(out_dir), Path(target)
+    figures = {}
+    for index, model in enumerate(study.models):
+        for prior, path in export_drift_figures(model, index == 0, target.parent / "figures").items():
+            figures[(model.name, prior)] = path
+    atomic.write_text(target, render(study, figures, command, f"{datetime.now(timezone.utc):%Y-%m-%d}"))
+    return target

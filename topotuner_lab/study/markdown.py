@@ -1,0 +1,14 @@
+"""Tables as Markdown, numbers rounded for reading (the comparison's ``results.md`` and the report)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """A results table as Markdown, numbers rounded for reading; a ``seed`` column with one value is left out."""
+    shown = table.drop(columns=["seed"] if "seed" in table and table["seed"].nunique() == 1 else []).copy()
+    for col in shown.columns:
+        if shown[col].dtype.kind == "f":
+            shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:.3g}")
+    return shown.to_markdown(index=False)

@@ -1,0 +1,113 @@
+"""The runs of a comparison, as data: a typed :class:`RunKey` per arm and the ordered :class:`RunSpec` list a preset
+plans (:func:`plan`), computed before anything trains.
+
+Seeds are the outer loop, so an interrupted comparison has whole seeds done first. On the first seed every arm
+sweeps its rate grid; later seeds run each arm at the rate the sweep chose; card strategies listed in
+``Preset.constant_lr`` also run at the chosen rate with a constant schedule, every seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import pandas as pd
+
+from topotuner_lab.study.presets import Preset
+
+Method = Literal["full", "lora", "profile"]
+Role = Literal["sweep", "chosen", "constant"]
+#: the columns a run's identity adds to ``results.csv``
+KEY_COLUMNS: tuple[str, ...] = ("method", "strategy", "budget", "schedule")
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """One arm of the comparison: method, card strategy and budget (profile runs; LoRA matches a budget), schedule."""
+
+    method: Method
+    strategy: str | None = None
+    budget: float | None = None
+    schedule: str = "linear"
+
+    @property
+    def name(self) -> str:
+        """The arm's label in tables and folder names: ``full``, ``lora@0.01``, ``profile:high-drift@0.01+constant``."""
+        head = f"profile:{self.strategy}" if self.method == "profile" else self.method
+        budget = "" if self.budget is None else f"@{self.budget:g}"
+        return head + budget + ("" if self.schedule == "linear" else f"+{self.schedule}")
+
+    @property
+    def family(self) -> Method:
+        """The method family whose learning-rate grid the arm sweeps."""
+        return self.method
+
+    def columns(self) -> dict[str, Any]:
+        """The key as ``results.csv`` columns."""
+        return {"method": self.method, "strategy": self.strategy, "budget": self.budget, "schedule": self.schedule}
+
+    @classmethod
+    def parse(cls, name: str) -> RunKey:
+        """The key of a run label written by a version that kept no key columns (read-only compatibility)."""
+        head, _, schedule = name.partition("+")
+        head, _, budget = head.partition("@")
+        method, _, strategy = head.partition(":")
+        return cls(method, strategy or None, float(budget) if budget else None, schedule or "linear")  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One planned fine-tune: the transfer (prior -> target), the seed, the arm, and its rate.
+
+    ``role`` is ``sweep`` (a rate of the first seed's grid, ``lr`` set), ``chosen`` (a later seed at the arm's chosen
+    rate) or ``constant`` (the chosen rate with a constant schedule); the last two learn their rate from the sweep.
+    """
+
+    prior: str
+    target: str
+    seed: int
+    key: RunKey
+    role: Role
+    lr: float | None = None
+
+    @property
+    def arm(self) -> tuple[str, str, RunKey]:
+        """What shares one chosen rate: the transfer and the arm at its linear schedule."""
+        return self.prior, self.target, replace(self.key, schedule="linear")
+
+
+def arms(preset: Preset) -> list[RunKey]:
+    """Full FT, then per budget every card strategy and LoRA at that budget (linear schedule)."""
+    keys: list[RunKey] = [RunKey("full")] if "full" in preset.baselines else []
+    for budget in preset.budgets:
+        keys += [RunKey("profile", strategy, budget) for strategy in preset.strategies]
+        keys += [RunKey("lora", None, budget)] if "lora" in preset.baselines else []
+    return keys
+
+
+def transfers(preset: Preset) -> list[tuple[str, str]]:
+    """Every (prior, target) pair, never back to the prior task."""
+    return [(prior, target) for prior in preset.prior_tasks for target in preset.target_tasks if target != prior]
+
+
+def plan(preset: Preset) -> list[RunSpec]:
+    """Every fine-tune of the comparison, in the order they run."""
+    specs: list[RunSpec] = []
+    for index, seed in enumerate(preset.seeds):
+        for prior, target in transfers(preset):
+            for key in arms(preset):
+                if index == 0:
+                    specs += [RunSpec(prior, target, seed, key, "sweep", lr) for lr in preset.lr_grid[key.family]]
+                else:
+                    specs.append(RunSpec(prior, target, seed, key, "chosen"))
+                if key.strategy in preset.constant_lr:
+                    specs.append(RunSpec(prior, target, seed, replace(key, schedule="constant"), "constant"))
+    return specs
+
+
+def with_key_columns(results: pd.DataFrame) -> pd.DataFrame:
+    """``results`` with the key columns, derived from the run labels where an older ``results.csv`` lacks them."""
+    if set(KEY_COLUMNS) <= set(results.columns):
+        return results
+    keys = pd.DataFrame([RunKey.parse(name).columns() for name in results["run"]], index=results.index)
+    return results.drop(columns=[c for c in KEY_COLUMNS if c in results.columns]).join(keys)

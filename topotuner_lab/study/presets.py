@@ -1,0 +1,170 @@
+"""Presets of the comparison: sizes, grids and which arms run (:class:`Preset`), by name (:data:`PRESETS`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from topotuner_lab._io.config import NON_NEGATIVE_INT, OPEN_UNIT, Check, Config, is_real, opt
+from topotuner_lab._io.errors import ParameterError
+from topotuner_lab.drift.columns import DEFAULT_METRIC
+from topotuner_lab.drift.settings import DriftSettings
+from topotuner_lab.profiles.card import DEFAULT_NORMALIZATION, NORMALIZATIONS, STRATEGIES
+from topotuner_lab.training.config import FinetuneConfig
+from topotuner_lab.training.early_stopping import DEFAULT_STOP_THRESHOLD
+
+#: learning-rate grids per method family (log-spaced), searched on validation accuracy
+DEFAULT_LR_GRID: dict[str, tuple[float, ...]] = {
+    "full": (1e-5, 3e-5, 1e-4, 3e-4),
+    "lora": (1e-4, 3e-4, 1e-3, 3e-3),
+    "profile": (1e-4, 3e-4, 1e-3, 3e-3),
+}
+BASELINES: tuple[str, ...] = ("full", "lora")
+
+
+def _names(allowed: tuple[str, ...]) -> Check:
+    return Check(lambda v: isinstance(v, tuple) and all(x in allowed for x in v), f"a tuple of {', '.join(allowed)}")
+
+
+TASKS = Check(lambda v: isinstance(v, tuple) and len(v) > 0 and all(isinstance(x, str) for x in v), "task names")
+BUDGETS = Check(
+    lambda v: isinstance(v, tuple) and len(v) > 0 and all(is_real(b) and 0 < b <= 1 for b in v),
+    "a non-empty tuple of fractions in (0, 1] (0.01 is 1%)",
+)
+SEEDS = Check(lambda v: isinstance(v, tuple) and len(v) > 0 and all(NON_NEGATIVE_INT(s) for s in v), "seeds >= 0")
+LR_GRID = Check(
+    lambda v: (
+        isinstance(v, dict)
+        and all(isinstance(lrs, tuple) and lrs and all(OPEN_UNIT(lr) for lr in lrs) for lrs in v.values())
+    ),
+    "a mapping of method family to a tuple of learning rates in (0, 1)",
+)
+
+
+@dataclass(frozen=True)
+class Preset(Config):
+    """Sizes, grids and arms of one comparison (written to ``preset.json`` beside its results)."""
+
+    label = "preset"
+
+    model: str | None = opt(None, "the model (None: the embedded SmolLM2-135M)")
+    other_models: tuple[str, ...] = opt(
+        (),
+        "further models, drift only: their own prior fine-tunes and drift tables (under models/<name>/), to see "
+        "whether which projection kinds drift depends on the model family",
+        check=Check(lambda v: isinstance(v, tuple), "a tuple of model names"),
+    )
+    prior_tasks: tuple[str, ...] = opt(("sst2",), "tasks whose drift ranks the projections", check=TASKS)
+    target_tasks: tuple[str, ...] = opt(("agnews",), "tasks each card is transferred to", check=TASKS)
+    budgets: tuple[float, ...] = opt((0.01,), "trainable-parameter budgets (fractions of the model)", check=BUDGETS)
+    strategies: tuple[str, ...] = opt(
+        ("high-drift", "low-drift", "random", "magnitude"), "card strategies", check=_names(STRATEGIES)
+    )
+    baselines: tuple[str, ...] = opt(BASELINES, "baselines beside the cards", check=_names(BASELINES))
+    seeds: tuple[int, ...] = opt((0, 1, 2), "training seeds (each also draws the training rows)", check=SEEDS)
+    lr_grid: dict[str, tuple[float, ...]] = opt(
+        DEFAULT_LR_GRID, "learning rates per method family, searched on validation data", check=LR_GRID
+    )
+    constant_lr: tuple[str, ...] = opt(
+        ("high-drift", "low-drift", "random", "magnitude"),
+        "card strategies that also run at their chosen rate with a constant schedule, every seed (early stopping "
+        "seen apart from a decaying rate)",
+        check=_names(STRATEGIES),
+    )
+    stop_threshold: float = opt(DEFAULT_STOP_THRESHOLD, "early-stopping threshold of the cards", check=OPEN_UNIT)
+    metric: str = opt(DEFAULT_METRIC, "drift column the cards rank by")
+    normalization: str = opt(DEFAULT_NORMALIZATION, "how drift is compared across sizes", choices=NORMALIZATIONS)
+    noise_seeds: tuple[int, ...] = opt((0, 1), "perturbation seeds of the noise floor", check=SEEDS)
+    drift: DriftSettings = opt(DriftSettings(), "drift settings of every table")
+    prior: FinetuneConfig = opt(
+        FinetuneConfig(epochs=2, n_train=256, learning_rate=1e-4), "the prior fine-tune (full FT on each prior task)"
+    )
+    target: FinetuneConfig = opt(
+        FinetuneConfig(epochs=4, n_train=128, n_val=64, eval_each_epoch=True, observe_only=True),
+        "every fine-tune on a target task (method, task, rate and seed set per run)",
+    )
+
+    def check(self) -> None:
+        """Every family that runs has a rate grid; rates are chosen on validation data; LoRA has a card to match."""
+        families = {"profile"} | set(self.baselines)
+        missing = sorted(families - set(self.lr_grid))
+        if missing:
+            self.fail(f"lr_grid has no rates for {missing}", "give lr_grid a tuple of rates for every method family")
+        if self.target.n_val < 1:
+            self.fail(
+                "the comparison chooses learning rates on validation data, but the target config has n_val=0",
+                "set n_val >= 1",
+            )
+        if not self.strategies:
+            self.fail("no card strategy", f"give strategies some of {', '.join(STRATEGIES)}")
+        if not set(self.constant_lr) <= set(self.strategies):
+            self.fail(
+                f"constant_lr names strategies {sorted(set(self.constant_lr) - set(self.strategies))} the preset "
+                "does not run",
+                "list only strategies the preset runs",
+            )
+
+
+def _tiny_run(**kw: object) -> FinetuneConfig:
+    return FinetuneConfig(
+        n_train=16,
+        n_test=16,
+        n_ood=8,
+        n_ppl=4,
+        batch_size=8,
+        max_length=48,
+        learning_rate=1e-3,
+        save_checkpoints=False,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+PRESETS: dict[str, Preset] = {
+    # CI: every piece of the protocol (LR selection, seeds, constant-rate runs, noise check) on an in-memory model
+    "tiny": Preset(
+        model="tiny-llama",
+        other_models=("tiny-qwen2",),
+        budgets=(0.05,),
+        seeds=(0, 1),
+        stop_threshold=0.9,
+        lr_grid={"full": (1e-4, 1e-3), "lora": (1e-3, 1e-2), "profile": (1e-3, 1e-2)},
+        prior=_tiny_run(epochs=1),
+        target=_tiny_run(epochs=2, n_val=8, eval_each_epoch=True, observe_only=True),
+    ),
+    "compare": Preset(seeds=(0,), lr_grid={"full": (3e-5,), "lora": (3e-4,), "profile": (2e-4,)}, constant_lr=()),
+    # Sized for about 1.5 h on 2 CPU cores: one transfer (AG News prior -> SST-2, tested on all 872 GLUE validation
+    # sentences); the three card strategies (high, low drift, random control), full FT and rank-matched LoRA, each at
+    # the best of 3 rates on 128 validation examples; 3 seeds; the high-drift card also at a constant rate. The prior
+    # fine-tune is strong enough for its drift to stand well above the Q4_1 noise floor.
+    "cpu-small": Preset(
+        prior_tasks=("agnews",),
+        target_tasks=("sst2",),
+        budgets=(0.01,),
+        strategies=("high-drift", "low-drift", "random"),
+        constant_lr=("high-drift",),
+        lr_grid={"full": (1e-5, 3e-5, 1e-4), "lora": (3e-4, 1e-3, 3e-3), "profile": (3e-4, 1e-3, 3e-3)},
+        prior=FinetuneConfig(epochs=2, n_train=256, learning_rate=1e-4, n_test=64),
+        target=FinetuneConfig(
+            epochs=3, n_train=192, n_val=128, n_test=1000, n_ood=200, eval_each_epoch=False, observe_only=True
+        ),
+    ),
+    # Both transfer directions (AG News on 1,000 test examples), the magnitude control too, 256 training examples x 4
+    # epochs, constant-rate runs of every card, and Gemma-3-270M's drift beside SmolLM2's: 84 fine-tunes, about 7 h.
+    "cpu-both": Preset(
+        prior_tasks=("sst2", "agnews"),
+        target_tasks=("agnews", "sst2"),
+        budgets=(0.01,),
+        other_models=("gemma3-270m",),
+        lr_grid={"full": (3e-5, 1e-4, 3e-4), "lora": (3e-4, 1e-3, 3e-3), "profile": (3e-4, 1e-3, 3e-3)},
+        prior=FinetuneConfig(epochs=2, n_train=256, learning_rate=1e-4, n_test=64),
+        target=FinetuneConfig(
+            epochs=4, n_train=256, n_val=128, n_test=1000, n_ood=200, eval_each_epoch=False, observe_only=True
+        ),
+    ),
+}
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called ``name``."""
+    if name not in PRESETS:
+        raise ParameterError(f"unknown preset {name!r}", f"use one of {', '.join(PRESETS)}")
+    return PRESETS[name]
