@@ -5,7 +5,7 @@ import pytest
 import topotuner_lab.drift.cache as cache_mod
 import topotuner_lab.drift.executors as executors_mod
 import topotuner_lab.drift.pairs as pairs_mod
-from topotuner_lab._io.errors import ParameterError, SnapshotMismatchError
+from topotuner_lab._io.errors import InvalidMatrixError, ParameterError, SnapshotMismatchError
 from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.columns import MAGNITUDE_COLUMNS
 from topotuner_lab.drift.compute import drift_between, drift_table
@@ -150,7 +150,7 @@ def test_unknown_pids_and_bad_settings(tiny_snapshot, cache):
 def test_nan_weights_are_refused(tiny_snapshot, cache):
     broken = {pid: m.copy() for pid, m in tiny_snapshot.matrices.items()}
     broken["L1.v"][3, 3] = np.nan
-    with pytest.raises(Exception, match="NaN/Inf"):
+    with pytest.raises(InvalidMatrixError, match=r"contains 1 NaN/Inf value"):
         drift_between(tiny_snapshot.matrices, broken, n_jobs=1, cache=cache)
 
 
