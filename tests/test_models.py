@@ -13,6 +13,18 @@ def test_tiny_models_are_deterministic():
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 
+def test_tiny_models_depend_on_the_seed():
+    a = build_tiny_model("tiny-llama", seed=3)
+    c = build_tiny_model("tiny-llama", seed=4)
+    assert a.revision == "seed=3" and c.revision == "seed=4"
+    a_state, c_state = a.model.state_dict(), c.model.state_dict()
+    assert a_state.keys() == c_state.keys()
+    assert not torch.equal(
+        a_state["model.layers.0.self_attn.q_proj.weight"], c_state["model.layers.0.self_attn.q_proj.weight"]
+    )
+    assert extract_snapshot(a).weights_hash != extract_snapshot(c).weights_hash
+
+
 def test_local_folder_round_trip(tmp_path):
     tiny = build_tiny_model("tiny-qwen2")
     tiny.model.save_pretrained(tmp_path / "m")

@@ -79,6 +79,9 @@ def test_greedy_permutation_is_farthest_point_sampling(rng):
     dist = distance_matrix(x)
     idx = greedy_permutation(dist, 10, seed=3)
     assert len(set(idx)) == 10
+    np.testing.assert_array_equal(greedy_permutation(dist, 10, seed=3), idx)
+    other = greedy_permutation(dist, 10, seed=4)  # the seed picks the start point
+    assert other[0] != idx[0] and list(other) != list(idx)
     for k in range(1, 10):  # each pick is the farthest point from those already chosen
         reach = dist[idx[:k]].min(axis=0)
         assert reach[idx[k]] == pytest.approx(reach.max())

@@ -75,3 +75,12 @@ def test_perturbation_is_small_and_seeded(tiny_snapshot):
         np.testing.assert_array_equal(a.matrices[pid], b.matrices[pid])
         rel = np.linalg.norm(a.matrices[pid] - m) / np.linalg.norm(m)
         assert 5e-4 < rel < 2e-3
+
+
+def test_perturbation_depends_on_the_seed(tiny_snapshot):
+    a = perturb_snapshot(tiny_snapshot, 1e-3, seed=0)
+    c = perturb_snapshot(tiny_snapshot, 1e-3, seed=1)
+    check_comparable(a, c)
+    assert a.weights_hash != c.weights_hash and a.model != c.model
+    for pid in tiny_snapshot.matrices:
+        assert not np.array_equal(a.matrices[pid], c.matrices[pid]), pid
