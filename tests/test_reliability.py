@@ -62,6 +62,20 @@ def test_same_inputs_same_table_bit_for_bit(tmp_path, tiny_snapshot):
     pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
+def test_other_seeds_other_table(tiny_snapshot):
+    noisy = perturb_snapshot(tiny_snapshot, 0.05, seed=3)
+    settings = DriftSettings(n_perm=20, seed=4)
+    a = drift_table(tiny_snapshot, noisy, settings, n_jobs=1, cache=DriftCache(None))
+    other_start = drift_table(tiny_snapshot, noisy, DriftSettings(n_perm=20, seed=5), n_jobs=1, cache=DriftCache(None))
+    # H0 is exact on all rows whatever the seed; the seed moves the H1 subsample's start point
+    pd.testing.assert_series_equal(a["h0_w1"], other_start["h0_w1"])
+    assert not a["h1_w1"].equals(other_start["h1_w1"])
+    other_noise = drift_table(
+        tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05, seed=6), settings, n_jobs=1, cache=DriftCache(None)
+    )
+    assert not a["h0_w1"].equals(other_noise["h0_w1"]) and not a["rel_frobenius"].equals(other_noise["rel_frobenius"])
+
+
 def test_same_seed_same_profile(tiny_llama, tiny_snapshot):
     table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1, cache=DriftCache(None))
     identity = identity_of(tiny_llama.model, "tiny-llama")
@@ -69,6 +83,17 @@ def test_same_seed_same_profile(tiny_llama, tiny_snapshot):
         build_profile(table, identity, prior_task="sst2", strategy="random", fraction=0.05, seed=9) for _ in range(2)
     ]
     assert cards[0].trainable == cards[1].trainable and cards[0].seed == 9
+    assert cards[0].ranking == cards[1].ranking
+
+
+def test_other_seed_other_random_profile(tiny_llama, tiny_snapshot):
+    table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1, cache=DriftCache(None))
+    identity = identity_of(tiny_llama.model, "tiny-llama")
+    a, b = (
+        build_profile(table, identity, prior_task="sst2", strategy="random", fraction=0.05, seed=s) for s in (9, 10)
+    )
+    assert a.seed == 9 and b.seed == 10
+    assert [r["pid"] for r in a.ranking] != [r["pid"] for r in b.ranking]
 
 
 def test_tests_write_caches_under_their_own_folder(isolated_cache, tiny_snapshot):
