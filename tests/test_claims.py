@@ -7,7 +7,16 @@ import pandas as pd
 import pytest
 
 from topotuner_lab.study.claims import COMPETITIVE_MARGIN, claim_results, runs_at_chosen_rate, summary_verdict
-from topotuner_lab.study.stats import HELD, INCONCLUSIVE, NOT_HELD, Interval, bootstrap_ratio, paired_bootstrap, verdict
+from topotuner_lab.study.stats import (
+    HELD,
+    INCONCLUSIVE,
+    NOT_HELD,
+    Interval,
+    bootstrap_ratio,
+    bootstrap_stat,
+    paired_bootstrap,
+    verdict,
+)
 
 
 def test_paired_bootstrap_centres_on_the_difference_and_narrows_with_pairing():
@@ -21,6 +30,26 @@ def test_paired_bootstrap_centres_on_the_difference_and_narrows_with_pairing():
     assert paired_bootstrap(seeds, np.stack([base, base]).astype(int)).estimate == pytest.approx(interval.estimate)
     with pytest.raises(ValueError):
         paired_bootstrap([1, 0], [1, 0, 1])
+
+
+_RNG = np.random.default_rng(0)
+_A, _B = (_RNG.random(200) < 0.6).astype(int), (_RNG.random(200) < 0.5).astype(int)
+_X, _Y = _RNG.normal(8.0, 1.0, 30), _RNG.normal(10.0, 1.0, 30)
+
+
+@pytest.mark.parametrize(
+    "boot",
+    [
+        pytest.param(lambda seed: paired_bootstrap(_A, _B, n_boot=500, seed=seed), id="paired_bootstrap"),
+        pytest.param(lambda seed: bootstrap_ratio(_X, _Y, n_boot=500, seed=seed), id="bootstrap_ratio"),
+        pytest.param(lambda seed: bootstrap_stat(_X, n_boot=500, seed=seed), id="bootstrap_stat"),
+    ],
+)
+def test_bootstrap_intervals_repeat_per_seed_and_move_with_it(boot):
+    first, again, other = boot(3), boot(3), boot(4)
+    assert first == again
+    assert other.estimate == first.estimate  # the estimate is the data's; only the resampling moves
+    assert (other.low, other.high) != (first.low, first.high)
 
 
 def test_verdicts_are_three_way():
