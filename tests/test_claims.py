@@ -28,7 +28,7 @@ def test_paired_bootstrap_centres_on_the_difference_and_narrows_with_pairing():
     assert 0 < interval.low < interval.estimate < interval.high
     seeds = np.stack([better, better]).astype(int)  # several seeds are averaged per example first
     assert paired_bootstrap(seeds, np.stack([base, base]).astype(int)).estimate == pytest.approx(interval.estimate)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"same non-empty examples on both sides, got \(2,\) and \(3,\)"):
         paired_bootstrap([1, 0], [1, 0, 1])
 
 

@@ -134,7 +134,7 @@ def test_parallel_equals_serial(tiny_snapshot, cache):
 
 def test_snapshot_of_a_different_model(tiny_snapshot, cache):
     other = extract_snapshot(build_tiny_model("tiny-qwen2"))
-    with pytest.raises(SnapshotMismatchError):
+    with pytest.raises(SnapshotMismatchError, match="snapshots are of different models"):
         drift_table(tiny_snapshot, other, cache=cache)
 
 
