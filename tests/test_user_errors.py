@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from topotuner_lab._io.errors import InvalidMatrixError, ModelLoadError, SnapshotMismatchError, TopoTunerError
+from topotuner_lab._io.errors import InvalidMatrixError, ModelLoadError, ParameterError, SnapshotMismatchError
 from topotuner_lab.cli import main
 from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
@@ -36,22 +36,14 @@ def run_cli(capsys, *argv: str) -> tuple[int, str]:
     return code, err
 
 
+def profile_argv(table, pretrained, output, *extra) -> list:
+    """``profile TABLE --pretrained P --prior-task sst2 --count 2 -o OUTPUT [EXTRA...]``."""
+    return ["profile", table, "--pretrained", pretrained, "--prior-task", "sst2", "--count", "2", "-o", output, *extra]
+
+
 def run_profile(capsys, table, pretrained, output, *extra: str) -> tuple[int, str]:
     """``topotuner-lab profile TABLE --pretrained P --prior-task sst2 --count 2 -o OUTPUT [EXTRA...]``."""
-    return run_cli(
-        capsys,
-        "profile",
-        table,
-        "--pretrained",
-        pretrained,
-        "--prior-task",
-        "sst2",
-        "--count",
-        "2",
-        "-o",
-        output,
-        *extra,
-    )
+    return run_cli(capsys, *profile_argv(table, pretrained, output, *extra))
 
 
 @pytest.fixture
@@ -188,69 +180,56 @@ def test_edited_row_values_and_swapped_entries_are_not_trusted(tiny_snapshot, tm
 
 
 # 4. outputs never overwrite inputs ---------------------------------------------------------------------------
-def test_outputs_that_are_inputs_are_refused(files, tmp_path, capsys):
-    pre, post, table = files
-    before = {p: p.read_bytes() for p in (pre, post, table)}
-    card = tmp_path / "card.json"
-    cases = [
-        (
-            ["profile", table, "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", table],
-            "should end in .json",
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        pytest.param(
+            lambda pre, post, table, tmp: profile_argv(table, pre, table), "should end in .json", id="card-onto-table"
         ),
-        (
-            ["profile", table, "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", pre],
-            "should end in .json",
+        pytest.param(
+            lambda pre, post, table, tmp: profile_argv(table, pre, pre), "should end in .json", id="card-onto-snapshot"
         ),
-        (
-            ["profile", table, "--pretrained", pre, "--prior-task", "sst2", "--count", "2", "-o", tmp_path / "card.md"],
+        pytest.param(
+            lambda pre, post, table, tmp: profile_argv(table, pre, tmp / "card.md"),
             "should end in .json",
+            id="card-as-markdown",
         ),
-        (
-            [
-                "profile",
-                table,
-                "--pretrained",
-                pre,
-                "--prior-task",
-                "sst2",
-                "--count",
-                "2",
-                "-o",
-                card,
-                "--spectrum",
-                card,
-            ],
+        pytest.param(
+            lambda pre, post, table, tmp: profile_argv(table, pre, tmp / "card.json", "--spectrum", tmp / "card.json"),
             "are the same file",
+            id="spectrum-is-the-card",
         ),
-        (
-            [
-                "profile",
-                table,
-                "--pretrained",
-                pre,
-                "--prior-task",
-                "sst2",
-                "--count",
-                "2",
-                "-o",
-                card,
-                "--spectrum",
-                table,
-            ],
+        pytest.param(
+            lambda pre, post, table, tmp: profile_argv(table, pre, tmp / "card.json", "--spectrum", table),
             "is the drift table",
+            id="spectrum-is-the-table",
         ),
-        (["perturb", pre, "-o", pre], "is the input snapshot"),
-        (["drift", pre, post, "-o", pre], "should end in .parquet or .csv"),
-    ]
-    for argv, message in cases:
-        code, err = run_cli(capsys, *argv)
-        assert code == 2 and message in err, (argv, err)
-    # a link to an input is the input too
+        pytest.param(
+            lambda pre, post, table, tmp: ["perturb", pre, "-o", pre], "is the input snapshot", id="perturb-onto-input"
+        ),
+        pytest.param(
+            lambda pre, post, table, tmp: ["drift", pre, post, "-o", pre],
+            "should end in .parquet or .csv",
+            id="drift-onto-snapshot",
+        ),
+    ],
+)
+def test_outputs_that_are_inputs_are_refused(files, tmp_path, capsys, argv, message):
+    before = {p: p.read_bytes() for p in files}
+    code, err = run_cli(capsys, *argv(*files, tmp_path))
+    assert code == 2 and message in err, err
+    assert {p: p.read_bytes() for p in files} == before
+    assert not (tmp_path / "card.json").exists()
+
+
+def test_a_link_to_an_input_is_replaced_not_written_through(files, tmp_path, capsys):
+    pre, post, table = files
+    before = {p: p.read_bytes() for p in files}
     os.symlink(table, tmp_path / "alias.parquet")
     code, err = run_cli(capsys, "drift", pre, post, "-o", tmp_path / "alias.parquet")
     assert code == 0  # the output is not an input of drift: the link is replaced, the table it pointed to is kept
-    assert {p: p.read_bytes() for p in (pre, post, table)} == before
-    assert not card.exists()
+    assert {p: p.read_bytes() for p in files} == before
+    assert not (tmp_path / "alias.parquet").is_symlink()
 
 
 def test_card_markdown_view_never_replaces_a_json_card(files, tmp_path, capsys):
@@ -274,11 +253,18 @@ def test_profile_counts_the_snapshots_own_model(files, tmp_path, capsys, tiny_ll
         card["model"]["total_params"] == total
         and abs(card["trainable_fraction"] - card["trainable_params"] / total) < 1e-12
     )
-    for bad in ("0", "1", "-5"):
-        code, err = run_profile(capsys, table, pre, tmp_path / "d.json", "--total-params", bad)
-        assert code == 2 and "below the" in err
     code, err = run_profile(capsys, table, pre, tmp_path / "d.json", "--model", "tiny-qwen2")
     assert code == 2 and "is not the model of the pretrained snapshot" in err
+
+
+@pytest.mark.parametrize(
+    "bad", [pytest.param("0", id="zero"), pytest.param("1", id="one"), pytest.param("-5", id="negative")]
+)
+def test_profile_refuses_a_total_below_the_snapshots_own_count(files, tmp_path, capsys, bad):
+    pre, _, table = files
+    code, err = run_profile(capsys, table, pre, tmp_path / "d.json", "--total-params", bad)
+    assert code == 2 and "below the" in err
+    assert not (tmp_path / "d.json").exists()
 
 
 def test_profile_refuses_another_models_drift_table(files, tmp_path, capsys):
@@ -299,136 +285,175 @@ def test_profile_refuses_another_models_drift_table(files, tmp_path, capsys):
 
 
 # 7. unhandled exceptions -------------------------------------------------------------------------------------
-def test_bad_tables_are_clear_errors(files, tmp_path, capsys):
-    pre, _, table = files
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _without_pid(tmp: Path, pre: Path, table: Path) -> Path:
+    pd.read_parquet(table).drop(columns=["pid"]).to_parquet(tmp / "nopid.parquet")
+    return tmp / "nopid.parquet"
+
+
+def _duplicated_row(tmp: Path, pre: Path, table: Path) -> Path:
     frame = pd.read_parquet(table)
-    bad = {
-        "empty.parquet": b"",
-        "truncated.parquet": table.read_bytes()[:200],
-        "snapshot.parquet": pre.read_bytes(),
-    }
-    for name, data in bad.items():
-        (tmp_path / name).write_bytes(data)
-    frame.drop(columns=["pid"]).to_parquet(tmp_path / "nopid.parquet")
-    pd.concat([frame, frame.iloc[:1]]).to_parquet(tmp_path / "dup.parquet")
-    expected = {
-        "empty.parquet": "cannot be read",
-        "truncated.parquet": "cannot be read",
-        "snapshot.parquet": "cannot be read",
-        "nopid.parquet": "no column(s) ['pid']",
-        "dup.parquet": "more than once",
-        "pre.safetensors": "not a drift table",
-    }
-    for name, message in expected.items():
-        code, err = run_profile(capsys, tmp_path / name, pre, tmp_path / "c.json")
-        assert code == 2 and message in err, (name, err)
-    code, err = run_cli(
-        capsys,
-        "profile",
-        table,
-        "--pretrained",
-        pre,
-        "--prior-task",
-        "sst2",
-        "--count",
-        "2",
-        "--metric",
-        "pid",
-        "-o",
-        tmp_path / "c.json",
-    )
+    pd.concat([frame, frame.iloc[:1]]).to_parquet(tmp / "dup.parquet")
+    return tmp / "dup.parquet"
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        pytest.param(lambda tmp, pre, table: _write(tmp / "empty.parquet", b""), "cannot be read", id="empty"),
+        pytest.param(
+            lambda tmp, pre, table: _write(tmp / "truncated.parquet", table.read_bytes()[:200]),
+            "cannot be read",
+            id="truncated",
+        ),
+        pytest.param(
+            lambda tmp, pre, table: _write(tmp / "snapshot.parquet", pre.read_bytes()),
+            "cannot be read",
+            id="snapshot-named-parquet",
+        ),
+        pytest.param(_without_pid, "no column(s) ['pid']", id="no-pid-column"),
+        pytest.param(_duplicated_row, "more than once", id="duplicated-pid"),
+        pytest.param(lambda tmp, pre, table: pre, "not a drift table", id="snapshot-file"),
+    ],
+)
+def test_bad_tables_are_clear_errors(files, tmp_path, capsys, make, message):
+    pre, _, table = files
+    code, err = run_profile(capsys, make(tmp_path, pre, table), pre, tmp_path / "c.json")
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_a_metric_that_is_not_a_measure_column_is_a_clear_error(files, tmp_path, capsys):
+    pre, _, table = files
+    code, err = run_profile(capsys, table, pre, tmp_path / "c.json", "--metric", "pid")
     assert code == 2 and "no measure column 'pid'" in err
 
 
-def _card_variants(card: dict) -> dict[str, object]:
-    nested: object = card
-    for _ in range(100_000):
-        nested = [nested]
-    return {
-        "extra field": {**card, "colour": "red"},
-        "trainable null": {**card, "trainable": None},
-        "ranking without score": {**card, "ranking": [{"pid": r["pid"]} for r in card["ranking"]]},
-        "score as text": {**card, "ranking": [{"pid": r["pid"], "score": "high"} for r in card["ranking"]]},
-        "deep nesting": nested,
-    }
+BAD_CARDS = [
+    pytest.param(lambda card: json.dumps({**card, "colour": "red"}).encode(), ("card", "How to fix"), id="extra-field"),
+    pytest.param(
+        lambda card: json.dumps({**card, "trainable": None}).encode(), ("card", "How to fix"), id="trainable-null"
+    ),
+    pytest.param(
+        lambda card: json.dumps({**card, "ranking": [{"pid": r["pid"]} for r in card["ranking"]]}).encode(),
+        ("card", "How to fix"),
+        id="ranking-without-score",
+    ),
+    pytest.param(
+        lambda card: json.dumps(
+            {**card, "ranking": [{"pid": r["pid"], "score": "high"} for r in card["ranking"]]}
+        ).encode(),
+        ("card", "How to fix"),
+        id="score-as-text",
+    ),
+    pytest.param(lambda card: b"[" * 100_000 + b"]" * 100_000, ("card", "How to fix"), id="deep-nesting"),
+    pytest.param(lambda card: b"\xff\xfe{", ("not valid UTF-8 JSON",), id="invalid-utf8"),
+]
 
 
-def test_bad_cards_are_clear_errors_before_any_training(files, tmp_path, capsys):
+@pytest.mark.parametrize("content, messages", BAD_CARDS)
+def test_bad_cards_are_clear_errors_before_any_training(files, tmp_path, capsys, content, messages):
     pre, _, table = files
     assert run_profile(capsys, table, pre, tmp_path / "good.json")[0] == 0
-    card = json.loads((tmp_path / "good.json").read_text())
-    for name, data in _card_variants(card).items():
-        path = tmp_path / "bad.json"
-        path.write_text(json.dumps(data) if name != "deep nesting" else "[" * 100_000 + "]" * 100_000)
-        code, err = run_cli(
-            capsys,
-            "finetune",
-            "--model",
-            "tiny-llama",
-            "--method",
-            "profile",
-            "--profile",
-            path,
-            "-o",
-            tmp_path / "run",
-        )
-        assert code == 2 and "card" in err and "How to fix" in err, (name, err)
-        assert not (tmp_path / "run" / "results.json").exists()
-    (tmp_path / "bad.json").write_bytes(b"\xff\xfe{")
+    path = tmp_path / "bad.json"
+    path.write_bytes(content(json.loads((tmp_path / "good.json").read_text())))
     code, err = run_cli(
-        capsys,
-        "finetune",
-        "--model",
-        "tiny-llama",
-        "--method",
-        "profile",
-        "--profile",
-        tmp_path / "bad.json",
-        "-o",
-        tmp_path / "run",
+        capsys, "finetune", "--model", "tiny-llama", "--method", "profile", "--profile", path, "-o", tmp_path / "run"
     )
-    assert code == 2 and "not valid UTF-8 JSON" in err
+    assert code == 2 and all(m in err for m in messages), err
+    assert not (tmp_path / "run" / "results.json").exists()
 
 
-def test_bad_paths_and_options_are_clear_errors(files, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        pytest.param(
+            lambda pre, post, tmp: ["drift", pre, post, "-o", "/proc/drift.parquet"],
+            "system folder",
+            id="system-folder",
+        ),
+        pytest.param(
+            lambda pre, post, tmp: ["drift", pre, post, "-o", tmp / "a-file" / "d.parquet"],
+            "which is a file",
+            id="output-under-a-file",
+        ),
+        pytest.param(
+            lambda pre, post, tmp: ["drift", pre, post, "-o", tmp / "a-dir.parquet"],
+            "is a folder",
+            id="output-is-a-folder",
+        ),
+        pytest.param(
+            lambda pre, post, tmp: ["drift", pre, post, "-o", tmp / "d.parquet", "--jobs", "0"],
+            "not a positive number of worker processes",
+            id="jobs-0",
+        ),
+        pytest.param(
+            lambda pre, post, tmp: [
+                "finetune",
+                "--model",
+                "tiny-llama",
+                "--method",
+                "lora",
+                "--lora-rank",
+                "abc",
+                "-o",
+                tmp / "r",
+            ],
+            None,  # argparse: exit 2 with usage
+            id="lora-rank-not-a-number",
+        ),
+        pytest.param(
+            lambda pre, post, tmp: ["perturb", pre, "-o", tmp / "n.safetensors", "--seed", "-1"],
+            "seed=-1 is not a whole number >= 0",
+            id="negative-seed",
+        ),
+        pytest.param(
+            lambda pre, post, tmp: [
+                "finetune",
+                "--model",
+                "tiny-llama",
+                "--data-source",
+                tmp / "a-file",
+                "-o",
+                tmp / "r",
+            ],
+            "or an existing data folder",
+            id="data-source-is-a-file",
+        ),
+        pytest.param(
+            lambda pre, post, tmp: ["finetune", "--model", "tiny-llama", "-o", tmp / "a-file"],
+            "is a file, not a folder",
+            id="run-folder-is-a-file",
+        ),
+        pytest.param(
+            lambda pre, post, tmp: ["drift", pre, post, "-o", tmp / "d.parquet", "--cache", tmp / "locked" / "c"],
+            "cannot write the drift cache",
+            id="cache-in-a-read-only-folder",
+            marks=pytest.mark.skipif(
+                hasattr(os, "geteuid") and os.geteuid() == 0,
+                reason="root writes anywhere: the permission case only means something for other users",
+            ),
+        ),
+    ],
+)
+def test_bad_paths_and_options_are_clear_errors(files, tmp_path, capsys, argv, message):
     pre, post, _ = files
     (tmp_path / "a-file").write_text("x")
     (tmp_path / "a-dir.parquet").mkdir()
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
-    cases = [
-        (["drift", pre, post, "-o", "/proc/drift.parquet"], "system folder"),
-        (["drift", pre, post, "-o", tmp_path / "a-file" / "d.parquet"], "which is a file"),
-        (["drift", pre, post, "-o", tmp_path / "a-dir.parquet"], "is a folder"),
-        (
-            ["drift", pre, post, "-o", tmp_path / "d.parquet", "--jobs", "0"],
-            "not a positive number of worker processes",
-        ),
-        (
-            ["finetune", "--model", "tiny-llama", "--method", "lora", "--lora-rank", "abc", "-o", tmp_path / "r"],
-            None,
-        ),  # argparse: exit 2 with usage
-        (["perturb", pre, "-o", tmp_path / "n.safetensors", "--seed", "-1"], "seed=-1 is not a whole number >= 0"),
-        (
-            ["finetune", "--model", "tiny-llama", "--data-source", tmp_path / "a-file", "-o", tmp_path / "r"],
-            "or an existing data folder",
-        ),
-        (["finetune", "--model", "tiny-llama", "-o", tmp_path / "a-file"], "is a file, not a folder"),
-    ]
-    if os.geteuid() != 0:  # root writes anywhere: the permission case only means something for other users
-        cases.append(
-            (
-                ["drift", pre, post, "-o", tmp_path / "d.parquet", "--cache", locked / "c"],
-                "cannot write the drift cache",
-            )
-        )
-    for argv, message in cases:
+    try:
         try:
-            code, err = run_cli(capsys, *argv)
+            code, err = run_cli(capsys, *argv(pre, post, tmp_path))
         except SystemExit as exc:  # argparse's own usage error
             code, err = exc.code, capsys.readouterr().err
-        assert code == 2 and (message is None or message in err), (argv, err)
-    locked.chmod(0o700)
+    finally:
+        locked.chmod(0o700)
+    assert code == 2 and (message is None or message in err), err
 
 
 def test_unwritable_cache_is_refused_before_work(files, tmp_path, capsys):
@@ -524,7 +549,7 @@ def test_sigterm_stops_cleanly_and_leaves_no_workers(tmp_path):
 
 def test_jobs_are_capped_at_the_core_count():
     assert check_jobs(1000) == (os.cpu_count() or 1) and check_jobs(1) == 1
-    with pytest.raises(TopoTunerError):
+    with pytest.raises(ParameterError, match="jobs=0 is not a positive number of worker processes"):
         check_jobs(0)
 
 
