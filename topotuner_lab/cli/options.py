@@ -1,5 +1,8 @@
-"""Command-line options generated from the settings classes (one source for defaults, choices and help), and a
-parser whose usage errors are one line with the fix, like every other error of the command."""
+"""Command-line options generated from the settings classes, and a parser with one-line usage errors.
+
+The settings classes are the one source of defaults, choices and help; a usage error is one line with the fix, like
+every other error of the command.
+"""
 
 from __future__ import annotations
 
@@ -36,10 +39,12 @@ def _value_type(hint: Any) -> Callable[[str], Any]:
 
 
 def add_config_options(parser: argparse.ArgumentParser, config: type[Config], *, skip: tuple[str, ...] = ()) -> None:
-    """One option per field of ``config`` (those with ``cli=True``, less ``skip``): flags, type, default, choices and
-    help come from the field itself (:func:`topotuner_lab._io.config.opt`)."""
+    """Add one option per field of ``config`` (those with ``cli=True``, less ``skip``).
+
+    Flags, type, default, choices and help come from the field itself (:func:`topotuner_lab._io.config.opt`).
+    """
     hints = typing.get_type_hints(config)
-    for f in dataclasses.fields(config):  # type: ignore[arg-type]
+    for f in dataclasses.fields(config):
         meta = f.metadata
         if f.name in skip or not meta.get("cli", True):
             continue
@@ -70,5 +75,5 @@ def add_config_options(parser: argparse.ArgumentParser, config: type[Config], *,
 
 def config_from_args(config: type[C], args: argparse.Namespace) -> C:
     """The settings the parsed options describe (each field checked as the class checks it)."""
-    names = [f.name for f in dataclasses.fields(config) if hasattr(args, f.name)]  # type: ignore[arg-type]
+    names = [f.name for f in dataclasses.fields(config) if hasattr(args, f.name)]
     return config.from_dict({name: getattr(args, name) for name in names})

@@ -12,8 +12,10 @@ from topotuner_lab.cli.options import add_config_options, config_from_args
 
 
 def _total_params(args: argparse.Namespace, pretrained: Any) -> int | None:
-    """The model's parameter count: --total-params, else counted from --model (checked to be the snapshot's
-    model), else None (the count the snapshot records)."""
+    """The model's parameter count: --total-params, else counted from --model, else None.
+
+    --model is checked to be the snapshot's model; None means the count the snapshot records.
+    """
     if args.total_params is not None:
         return args.total_params
     if args.model is None:

@@ -25,13 +25,13 @@ def _cmd_run_notebooks(args: argparse.Namespace) -> None:
     from topotuner_lab.lab.notebooks import run_notebooks
 
     check_output_dir(args.output, "output folder")
-    executed = run_notebooks(args.profile, args.output, dict(args.param or []))
+    executed = run_notebooks(args.preset, args.output, dict(args.param or []))
     print(f"executed {len(executed)} notebooks into {args.output}/executed; figures in {args.output}/figures")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``reproduce`` and ``run-notebooks``."""
-    from topotuner_lab.lab.notebooks import PROFILES
+    from topotuner_lab.lab.notebooks import NOTEBOOK_PRESETS
 
     rp = sub.add_parser("reproduce", help="the paper's comparison at a preset size (resumable)")
     rp.add_argument(
@@ -45,10 +45,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     nb = sub.add_parser("run-notebooks", help="execute the notebook series headlessly with papermill")
     nb.add_argument(
-        "--profile", default="tiny", choices=tuple(PROFILES), help="tiny: in-memory model (CI); default: SmolLM2-135M"
+        "--preset",
+        "--profile",  # the spelling of earlier versions
+        dest="preset",
+        default="tiny",
+        choices=tuple(NOTEBOOK_PRESETS),
+        help="notebook parameters: tiny (in-memory model, CI) or default (SmolLM2-135M) (default: %(default)s)",
     )
     nb.add_argument(
         "-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"), help="override a notebook parameter"
     )
-    nb.add_argument("-o", "--output", default=None, help="output folder (default: runs/notebooks-PROFILE)")
+    nb.add_argument("-o", "--output", default=None, help="output folder (default: runs/notebooks-PRESET)")
     nb.set_defaults(func=_cmd_run_notebooks)

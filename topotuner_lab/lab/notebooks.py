@@ -1,4 +1,4 @@
-"""Headless execution of the notebook series with papermill, in order, on a named profile.
+"""Headless execution of the notebook series with papermill, in order, with a named preset of parameters.
 
 The notebooks share a work folder (snapshots, drift tables, cards, runs) and a figures folder;
 each executed copy is kept. Overrides are checked against the type of each notebook's parameter.
@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import ast
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
+from topotuner_lab._io.config import OPEN_UNIT, POSITIVE, POSITIVE_INT, Config, opt
 from topotuner_lab._io.errors import InputFileError, ParameterError, TopoTunerError
+from topotuner_lab.training.early_stopping import DEFAULT_STOP_THRESHOLD
 
 NOTEBOOKS: tuple[str, ...] = (
     "01_extract.ipynb",
@@ -24,35 +27,43 @@ NOTEBOOKS: tuple[str, ...] = (
     "06_early_stopping.ipynb",
     "07_compare_cards.ipynb",
 )
-PROFILES: dict[str, dict[str, Any]] = {
-    "tiny": {
-        "model": "tiny-llama",
-        "n_train": 16,
-        "n_test": 8,
-        "epochs": 2,
-        "prior_epochs": 1,
-        "prior_n_train": 16,
-        "prior_lr": 1e-3,
-        "max_length": 48,
-        "batch_size": 8,
-        "budget_pct": 5.0,
-        "stop_threshold": 0.9,
-    },
+@dataclass(frozen=True)
+class NotebookPreset(Config):
+    """Parameters the notebook series runs with (each notebook takes the ones its parameters cell declares)."""
+
+    label = "notebook preset"
+
+    model: str = opt("smollm2-135m", "model: a folder, .gguf, hub id, tiny-llama or an embedded alias")
+    n_train: int = opt(64, "training examples of each target fine-tune", check=POSITIVE_INT)
+    n_test: int = opt(64, "test examples", check=POSITIVE_INT)
+    epochs: int = opt(3, "epochs of each target fine-tune", check=POSITIVE_INT)
+    prior_epochs: int = opt(2, "epochs of the prior fine-tune", check=POSITIVE_INT)
+    prior_n_train: int = opt(256, "training examples of the prior fine-tune", check=POSITIVE_INT)
+    prior_lr: float = opt(1e-4, "learning rate of the prior fine-tune", check=OPEN_UNIT)
+    max_length: int = opt(64, "tokens per example", check=POSITIVE_INT)
+    batch_size: int = opt(8, "training batch size", check=POSITIVE_INT)
+    budget_pct: float = opt(1.0, "card budget in percent of the model", check=POSITIVE)
+    stop_threshold: float = opt(DEFAULT_STOP_THRESHOLD, "early-stopping threshold", check=OPEN_UNIT)
+
+
+NOTEBOOK_PRESETS: dict[str, NotebookPreset] = {
+    # CI: an in-memory model, a handful of rows
+    "tiny": NotebookPreset(
+        model="tiny-llama",
+        n_train=16,
+        n_test=8,
+        epochs=2,
+        prior_epochs=1,
+        prior_n_train=16,
+        prior_lr=1e-3,
+        max_length=48,
+        batch_size=8,
+        budget_pct=5.0,
+        stop_threshold=0.9,
+    ),
     # the prior fine-tune (256 examples x 2 epochs at 1e-4) moves the weights well past the Q4_1 noise floor,
     # so the card ranks real drift
-    "default": {
-        "model": "smollm2-135m",
-        "n_train": 64,
-        "n_test": 64,
-        "epochs": 3,
-        "prior_epochs": 2,
-        "prior_n_train": 256,
-        "prior_lr": 1e-4,
-        "max_length": 64,
-        "batch_size": 8,
-        "budget_pct": 1.0,
-        "stop_threshold": 0.5,
-    },
+    "default": NotebookPreset(),
 }
 #: figures each notebook exports (stems under the figures folder)
 EXPECTED_FIGURES: dict[str, tuple[str, ...]] = {
@@ -70,6 +81,7 @@ class NotebookError(TopoTunerError):
 
 
 def notebooks_dir() -> Path:
+    """The source checkout's ``notebooks/`` folder (a clear error when the package is installed without it)."""
     folder = Path(__file__).resolve().parents[2] / "notebooks"
     if not folder.is_dir():
         raise InputFileError(
@@ -165,7 +177,7 @@ def _execute_one(source: Path, target: Path, params: dict[str, Any], kernel: str
 
 
 def run_notebooks(
-    profile: str = "tiny",
+    preset: str = "tiny",
     out_dir: str | Path = "runs/notebooks",
     overrides: dict[str, Any] | None = None,
     *,
@@ -178,10 +190,10 @@ def run_notebooks(
 
     With ``progress`` a bar runs over the series and each finished notebook prints its time and the running total.
     """
-    if profile not in PROFILES:
-        raise ParameterError(f"unknown notebook profile {profile!r}", f"use one of {', '.join(PROFILES)}")
+    if preset not in NOTEBOOK_PRESETS:
+        raise ParameterError(f"unknown notebook preset {preset!r}", f"use one of {', '.join(NOTEBOOK_PRESETS)}")
     out = Path(out_dir).resolve()
-    base = {**PROFILES[profile], "work_dir": str(out / "work"), "figures_dir": str(out / "figures")}
+    base = {**NOTEBOOK_PRESETS[preset].to_dict(), "work_dir": str(out / "work"), "figures_dir": str(out / "figures")}
     overrides = dict(overrides or {})
     source = notebooks_dir()
     declared_anywhere: set[str] = set()

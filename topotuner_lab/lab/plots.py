@@ -1,5 +1,8 @@
-"""Plotly figures for the workbench. Every function returns a new ``go.Figure`` (no global state),
-so the same figure is shown in a notebook, exported to ``figures/`` and tested."""
+"""Plotly figures for the workbench.
+
+Every function returns a new ``go.Figure`` (no global state), so the same figure is shown in a notebook, exported to
+``figures/`` and tested.
+"""
 
 from __future__ import annotations
 
@@ -236,8 +239,11 @@ def early_stopping(result: dict[str, Any], threshold: float, title: str = "Topol
 
 
 def card_comparison(comparison: CardComparison, title: str = "Two profile cards compared") -> go.Figure:
-    """Left: each card's trainable projections on the layer x kind plane (both / only one);
-    right: each card's share of trainable parameters per projection kind."""
+    """Two cards side by side.
+
+    Left: each card's trainable projections on the layer x kind plane (both / only one); right: each card's share of
+    trainable parameters per projection kind.
+    """
     a, b = comparison.labels
     fig = make_subplots(
         rows=1,
@@ -309,8 +315,11 @@ def chromium_path() -> str | None:
 
 
 def _write_png(fig: go.Figure, path: Path, attempts: int = 3) -> None:
-    """kaleido's PNG export, retried: on a busy machine its Chromium tab can be asked to render before
-    the tab's own script has loaded (``ReferenceError: kaleido_scopes is not defined``)."""
+    """Kaleido's PNG export, retried.
+
+    On a busy machine its Chromium tab can be asked to render before the tab's own script has loaded
+    (``ReferenceError: kaleido_scopes is not defined``).
+    """
     for attempt in range(1, attempts + 1):
         try:
             fig.write_image(str(path), format="png", width=1000, height=fig.layout.height or 500)

@@ -15,7 +15,8 @@ import plotly.graph_objects as go
 
 from topotuner_lab._io import atomic
 from topotuner_lab._io.errors import ProfileError
-from topotuner_lab.drift.noise import noise_check
+from topotuner_lab.drift import columns
+from topotuner_lab.drift.noise import NoiseCheck, noise_check
 from topotuner_lab.lab.plots import drift_heatmaps, update_figure_widget
 from topotuner_lab.profiles.card import NORMALIZATIONS, STRATEGIES, ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import build_profile
@@ -38,6 +39,7 @@ class ProjectionPicker(w.HBox):
 
     @property
     def pid(self) -> str:
+        """The projection id the two dropdowns select (``L3.v``)."""
         return f"L{self.layer.value}.{self.kind.value}"
 
     def _changed(self, _change: object) -> None:
@@ -46,9 +48,11 @@ class ProjectionPicker(w.HBox):
 
 
 class ProfileBuilder(w.VBox):
-    """Strategy, budget (% or count), metric and homology dimension; the heatmap and the
-    trainable-parameter count follow every change; *Save* writes the card, its Markdown view
-    and the Spectrum/axolotl YAML."""
+    """A profile card built with widgets: strategy, budget (% or count), metric and homology dimension.
+
+    The heatmap and the trainable-parameter count follow every change; *Save* writes the card, its Markdown view
+    and the Spectrum/axolotl YAML.
+    """
 
     def __init__(
         self,
@@ -63,15 +67,16 @@ class ProfileBuilder(w.VBox):
     ) -> None:
         self.table, self.identity, self.prior_task, self.out_dir = table, identity, prior_task, Path(out_dir)
         self.stop_threshold, self.seed, self.noise = stop_threshold, seed, list(noise)
-        dims = sorted({int(c[1]) for c in table.columns if c.startswith("h") and c[1].isdigit()})
-        orders = sorted({c.split("_w")[1] for c in table.columns if "_w" in c})
+        measures = columns.measures(table)
+        dims = sorted({m.dim for m in measures})
+        orders = sorted({f"{m.order:g}" for m in measures if m.order is not None})
         self.strategy = w.Dropdown(options=list(STRATEGIES), value="high-drift", description="strategy")
         self.mode = w.ToggleButtons(options=["percent", "count"], value="percent", description="budget in")
         self.percent = w.FloatSlider(value=1.0, min=0.1, max=10.0, step=0.1, description="budget %")
         self.count = w.IntSlider(value=4, min=1, max=len(table), description="matrices")
         self.dim = w.Dropdown(options=dims, value=dims[0], description="H dim")
         self.order = w.Dropdown(
-            options=orders + (["bottleneck"] if any(c.endswith("_bottleneck") for c in table.columns) else []),
+            options=orders + (["bottleneck"] if any(m.order is None for m in measures) else []),
             value=orders[0],
             description="metric",
         )
@@ -84,7 +89,7 @@ class ProfileBuilder(w.VBox):
         self.save_button = w.Button(description="Save profile card", button_style="success", icon="save")
         self.save_button.on_click(lambda _b: self.save())
         self.card: ProfileCard | None = None
-        self.check = None
+        self.check: NoiseCheck | None = None
         self.noise_status = w.HTML()
         super().__init__(
             [
@@ -103,7 +108,10 @@ class ProfileBuilder(w.VBox):
 
     @property
     def metric(self) -> str:
-        return f"h{self.dim.value}_" + ("bottleneck" if self.order.value == "bottleneck" else f"w{self.order.value}")
+        """The drift column the controls select (``h0_w1``, ``h1_bottleneck``...)."""
+        if self.order.value == "bottleneck":
+            return columns.bottleneck(self.dim.value)
+        return columns.wasserstein(self.dim.value, float(self.order.value))
 
     def refresh(self) -> ProfileCard | None:
         """Rebuild the card from the controls and redraw; a bad budget shows its error instead."""

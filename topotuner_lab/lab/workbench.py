@@ -1,6 +1,8 @@
-"""Steps the notebooks share, so each notebook stays a few calls: prepare the pretrained and
-fine-tuned snapshots, compute (or reuse) the drift table and its noise floor, and run the method
-comparison. File names come from :class:`~topotuner_lab.study.workspace.WorkDir`."""
+"""Steps the notebooks share, so each notebook stays a few calls.
+
+Prepare the pretrained and fine-tuned snapshots, compute (or reuse) the drift table and its noise floor, and train
+the methods side by side. File names come from :class:`~topotuner_lab.study.workspace.WorkDir`.
+"""
 
 from __future__ import annotations
 
@@ -124,8 +126,11 @@ def results_frame(results: dict[str, dict[str, Any]]) -> pd.DataFrame:
 def card_pair(
     work_dir: str | Path, card_a: str = "", card_b: str = ""
 ) -> tuple[ProfileCard, ProfileCard, tuple[str, str]]:
-    """Two cards and their labels. ``card_a`` defaults to notebook 4's card; ``card_b`` to the magnitude
-    control at the same budget, built from the same drift table (topology's pick against magnitude's)."""
+    """Two cards and their labels.
+
+    ``card_a`` defaults to notebook 4's card; ``card_b`` to the magnitude control at the same budget, built from the
+    same drift table (topology's pick against magnitude's).
+    """
     work = WorkDir(work_dir)
     a = ProfileCard.load(card_a or work.card())
     if card_b:

@@ -1,5 +1,8 @@
-"""The Markdown report of a comparison (``docs/RESULTS.md``): load what the comparison computed
-(:mod:`.inputs`), export its figures (:mod:`.figures`), render pure sections (:mod:`.sections`)."""
+"""The Markdown report of a comparison (``docs/RESULTS.md``).
+
+Load what the comparison computed (:mod:`.inputs`), export its figures (:mod:`.figures`), render pure sections
+(:mod:`.sections`).
+"""
 
 from __future__ import annotations
 

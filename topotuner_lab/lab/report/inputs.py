@@ -1,5 +1,8 @@
-"""What a report renders, loaded and checked: a comparison's results, preset and claims, and each model's drift
-tables, noise floor and snapshots. Loading never computes: a table the comparison did not write is left out."""
+"""What a report renders, loaded and checked.
+
+A comparison's results, preset and claims, and each model's drift tables, noise floor and snapshots. Loading never
+computes: a table the comparison did not write is left out.
+"""
 
 from __future__ import annotations
 
