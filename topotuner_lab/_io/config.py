@@ -24,7 +24,7 @@ C = TypeVar("C", bound="Config")
 class Check:
     """A test of one value and what a passing value is (``"a whole number >= 1"``), for the error message."""
 
-    test: Callable[[Any], bool]
+    test: Callable[[Any], object]  # a truth value; ``__call__`` takes its ``bool``
     wanted: str
 
     def __call__(self, value: Any) -> bool:
@@ -96,6 +96,8 @@ class Config:
     relate several fields. ``to_dict`` / ``from_dict`` round-trip through plain JSON values.
     """
 
+    #: set by ``@dataclass`` on each subclass; declared so type checkers see every Config as a dataclass
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
     #: what the object is called in error messages (``"drift settings"``)
     label: ClassVar[str] = "settings"
     #: the error a bad value raises, and the fix it suggests (default: how to give the field a good value)
@@ -103,7 +105,7 @@ class Config:
     remedy: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+        for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(f.default, tuple) and isinstance(value, list):  # JSON and callers give lists
                 value = tuple(value)
@@ -127,7 +129,7 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as plain JSON values (tuples as lists, nested settings as dicts)."""
-        return _plain(dataclasses.asdict(self))  # type: ignore[call-overload]
+        return _plain(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
@@ -137,7 +139,7 @@ class Config:
             raise cls.error(
                 f"{cls.label} must be a mapping of field to value, not {type(data).__name__}", "pass a dict"
             )
-        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - set(fields))
         missing = [n for n, f in fields.items() if n not in data and f.default is f.default_factory is REQUIRED]
         if unknown or missing:

@@ -185,7 +185,7 @@ class ProfileCard(Config):
         return path
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "card") -> ProfileCard:  # type: ignore[override]
+    def from_dict(cls, data: Any, where: str = "card") -> ProfileCard:
         """A card from parsed JSON of any schema version this package reads; a problem names the field."""
         if not isinstance(data, dict):
             raise ProfileError(
