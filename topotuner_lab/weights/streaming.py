@@ -120,7 +120,7 @@ def _matrices(
         yield proj, np.ascontiguousarray(proj.from_weight(weight), dtype=np.float32)
 
 
-def _header(shapes: dict[str, tuple[int, int]], meta: dict[str, str], reserve: int = 0) -> bytes:
+def _header(shapes: dict[str, tuple[int, ...]], meta: dict[str, str], reserve: int = 0) -> bytes:
     entries: dict[str, Any] = {"__metadata__": meta}
     offset = 0
     for pid, (rows, cols) in shapes.items():
