@@ -94,7 +94,8 @@ class DriftCache:
             arrays = {f"h{k}": d for k, d in enumerate(dgms.dgms)}
             with atomic.atomic_path(path) as tmp:
                 with open(tmp, "wb") as fh:
-                    np.savez(fh, key=np.array(key), checksum=np.array(_arrays_digest(dgms.dgms)), **arrays)
+                    # numpy's stub lets **kwds fill the ``allow_pickle: bool`` keyword
+                    np.savez(fh, key=np.array(key), checksum=np.array(_arrays_digest(dgms.dgms)), **arrays)  # type: ignore[arg-type]
         return dgms
 
     def row_key(self, hash_a: str, hash_b: str, settings: DriftSettings) -> str:

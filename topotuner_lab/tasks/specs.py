@@ -161,10 +161,15 @@ def load_task(
         ds, where = datasets.load_dataset(*spec.hub, split=hub_split), f"hub {spec.hub}"
     else:
         rel = dict(spec.files).get(split)
-        folder = data_dir() if source is None else Path(source) if Path(source).is_dir() else None
-        if rel is None and folder is not None:
-            raise TaskError(f"task {name!r} has no local split {split!r}", f"use one of {[s for s, _ in spec.files]}")
-        path = folder / rel if folder is not None else Path(source)
+        if source is None or Path(source).is_dir():  # a data folder: the offline copy or one laid out like it
+            folder = data_dir() if source is None else Path(source)
+            if rel is None:
+                raise TaskError(
+                    f"task {name!r} has no local split {split!r}", f"use one of {[s for s, _ in spec.files]}"
+                )
+            path = folder / rel
+        else:
+            path = Path(source)
         ds, where = _read_local(spec, path), str(path)
     _check_columns(spec, ds, where)
     ds = ds.filter(lambda row: row[spec.text_column] is not None and row[spec.label_column] is not None)
