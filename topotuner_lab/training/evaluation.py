@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -115,7 +115,7 @@ def gsm8k_correct(
     hits = []
     for row in dataset:
         prompt_ids, _ = encode(tokenizer, row["prompt"], "", max_length)
-        generated = model.generate(
+        generated = cast(Any, model).generate(  # a transformers model: generate is not on torch.nn.Module
             torch.tensor([prompt_ids]),
             max_new_tokens=max_new_tokens,
             do_sample=False,

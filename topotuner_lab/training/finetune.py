@@ -11,7 +11,7 @@ import shutil
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from transformers import TrainerCallback
@@ -32,6 +32,9 @@ from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import LoadedModel
 from topotuner_lab.weights.snapshot import save_snapshot
 
+if TYPE_CHECKING:
+    from peft import PeftModel
+
 
 def _scorer(task: str, tokenizer: Any, max_length: int):
     """``score(model, dataset)`` -> per-example correctness (a boolean array)."""
@@ -43,7 +46,7 @@ def _scorer(task: str, tokenizer: Any, max_length: int):
 
 def stop_threshold_for(cfg: FinetuneConfig, card: ProfileCard | None) -> float | None:
     """The early-stopping threshold to use: the config's number, or the card's when it says "card"."""
-    if cfg.stop_threshold != "card":
+    if not isinstance(cfg.stop_threshold, str):  # a number or None; "card" is the only text the config accepts
         return cfg.stop_threshold
     if card is None or card.stop_threshold is None:
         raise ProfileError(
@@ -59,11 +62,11 @@ def _callbacks(
     callbacks: list[TrainerCallback] = [EpochClock()]
     threshold = stop_threshold_for(cfg, card)
     if threshold is not None:
-        callbacks.append(
-            TopologicalEarlyStopping(
-                threshold, pids=card.trainable if cfg.method == "profile" else None, observe_only=cfg.observe_only
-            )
-        )
+        pids = None
+        if cfg.method == "profile":
+            assert card is not None, "FinetuneConfig.check: method 'profile' needs a card"
+            pids = card.trainable
+        callbacks.append(TopologicalEarlyStopping(threshold, pids=pids, observe_only=cfg.observe_only))
     if cfg.eval_each_epoch:
         callbacks.append(EpochEvaluation(lambda m: score(m, test)))
     return callbacks, threshold
@@ -131,19 +134,17 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
         trainer.train(resume_from_checkpoint=resume)
     results = collect_results(trainer, cfg, loaded, data, score, score_ood, before)
     results.update(info)  # type: ignore[typeddict-item]
-    results.update(
-        resumed_from=resume,
-        stop_threshold=threshold,
-        transferred_to={"card": str(cfg.profile), "prior_task": card.prior_task, "task": cfg.task}
-        if card is not None
-        else None,
-        **memory.fields(),  # type: ignore[typeddict-item]
+    results["resumed_from"] = resume
+    results["stop_threshold"] = threshold
+    results["transferred_to"] = (
+        {"card": str(cfg.profile), "prior_task": card.prior_task, "task": cfg.task} if card is not None else None
     )
+    results.update(memory.fields())
     results["world_size"] = trainer.args.world_size
     if not trainer.is_world_process_zero():  # under DDP (accelerate launch) every rank trains and scores; one writes
         return results
     if cfg.save_snapshot:
-        merged = model.merge_and_unload() if cfg.method == "lora" else model
+        merged = cast("PeftModel", model).merge_and_unload() if cfg.method == "lora" else model
         snap = extract_snapshot(merged, name=f"{loaded.name}@{cfg.task}-{cfg.method}", base_model=loaded.name)
         results["snapshot"] = str(save_snapshot(snap, out / "after.safetensors"))
     results["wall_seconds"] = time.perf_counter() - wall_start

@@ -4,9 +4,17 @@ torch's own peak allocation on CUDA."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
+
+
+class MemoryFields(TypedDict):
+    """The memory fields of a run's results (MiB)."""
+
+    peak_rss_mib: float
+    rss_increase_mib: float
+    cuda_peak_allocated_mib: float | None
 
 
 class PeakMemory:
@@ -41,7 +49,7 @@ class PeakMemory:
         self._thread.join()
         self.peak = max(self.peak, self._proc.memory_info().rss)
 
-    def fields(self) -> dict[str, float | None]:
+    def fields(self) -> MemoryFields:
         """``peak_rss_mib``, ``rss_increase_mib`` and ``cuda_peak_allocated_mib`` (None without CUDA)."""
         cuda = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
         return {

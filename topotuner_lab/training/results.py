@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from transformers import Trainer
 
@@ -76,6 +76,7 @@ def collect_results(
 ) -> RunResults:
     """Accuracy (train, validation, test), forgetting, time and the early-stopping record of a finished run."""
     model, tokenizer = trainer.model, loaded.tokenizer
+    assert model is not None  # a Trainer is built with its model
     model.eval()
     history = trainer.state.log_history
     epoch_seconds = per_epoch(history, "epoch_seconds")
@@ -117,7 +118,7 @@ def collect_results(
     return results
 
 
-def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_results(path: str | os.PathLike[str]) -> RunResults:
     """A run's ``results.json``; a missing or damaged file is a clear error (rerun the step)."""
     path = Path(path)
     try:
@@ -131,4 +132,4 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise InputFileError(
             f"results file {path} is not a fine-tune's results", f"delete {path.parent} and run the fine-tune again"
         )
-    return results
+    return cast(RunResults, results)

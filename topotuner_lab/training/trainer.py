@@ -17,7 +17,7 @@ from topotuner_lab.training.config import DEFAULT_LR, FinetuneConfig
 from topotuner_lab.training.data import RunData
 from topotuner_lab.training.evaluation import encode
 from topotuner_lab.weights.models import LoadedModel
-from topotuner_lab.weights.projections import enumerate_projections
+from topotuner_lab.weights.projections import enumerate_projections, model_type
 
 
 def tokenize_for_training(tokenizer: Any, dataset: Any, max_length: int) -> Any:
@@ -48,12 +48,17 @@ def prepare_model(
         for p in model.parameters():
             p.requires_grad_(True)
     elif cfg.method == "profile":
+        assert card is not None, "FinetuneConfig.check: method 'profile' needs a card"
         info["trainable_param_names"] = apply_profile(model, card)
         info["profile"] = {"strategy": card.strategy, "prior_task": card.prior_task, "trainable": card.trainable}
     else:
         from peft import LoraConfig, get_peft_model
 
-        rank = lora_rank_for(model, card.trainable_params) if cfg.lora_rank == "match" else int(cfg.lora_rank)
+        if cfg.lora_rank == "match":
+            assert card is not None, "FinetuneConfig.check: lora_rank='match' needs a card"
+            rank = lora_rank_for(model, card.trainable_params)
+        else:
+            rank = int(cfg.lora_rank)
         names = sorted({p.param_name.rsplit(".", 2)[-2] for p in enumerate_projections(model)})
         model = get_peft_model(
             model,
@@ -62,7 +67,7 @@ def prepare_model(
                 lora_alpha=2 * rank,
                 lora_dropout=0.0,
                 target_modules=names,
-                fan_in_fan_out=loaded.model.config.model_type == "gpt2",
+                fan_in_fan_out=model_type(loaded.model) == "gpt2",
             ),
         )
         info["lora_rank"] = rank
@@ -89,7 +94,10 @@ class TrainableOnlyTrainer(Trainer):
 
         if not self.args.should_save:  # one writer under DDP
             return
-        out = Path(output_dir or self.args.output_dir)
+        folder = output_dir or self.args.output_dir
+        # TrainingArguments fills in a default output_dir; a Trainer is built with its model
+        assert folder is not None and self.model is not None
+        out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
         trainable = {n: p.detach().contiguous().cpu() for n, p in self.model.named_parameters() if p.requires_grad}
         save_file(trainable, str(out / TRAINABLE_WEIGHTS), metadata={"format": "pt"})
@@ -101,6 +109,7 @@ class TrainableOnlyTrainer(Trainer):
         if not path.is_file():
             return super()._load_from_checkpoint(resume_from_checkpoint, model)
         target = model or self.model
+        assert target is not None  # a Trainer is built with its model
         missing = set(load_file(str(path))) - {n for n, _ in target.named_parameters()}
         if missing:
             raise ParameterError(
