@@ -17,6 +17,7 @@ interrupted comparison resumes by skipping what is done.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -194,7 +195,7 @@ def run_study(preset: Preset, out_dir: str | Path, log: Log = print) -> pd.DataF
         run_dir = work.target_run(spec.prior, f"{spec.target}/seed{spec.seed}", spec.arm[2].name)
         cfg = config_for(preset, spec, cards, lr, run_dir)
         label = f"{spec.prior}->{spec.target} seed {spec.seed} {spec.key.name} lr {lr:g}"
-        res = progress.step(label, lambda cfg=cfg: finetune_once(loaded, cfg, log))
+        res = progress.step(label, functools.partial(finetune_once, loaded, cfg, log))
         rows.append(summary_row(spec, res, spec.role == "chosen", Path(cfg.output_dir).relative_to(work.root)))
         if spec.role == "sweep":
             sweeps.setdefault(spec.arm, []).append((lr, res))

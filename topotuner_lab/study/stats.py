@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 N_BOOT = 10_000
 LEVEL = 0.95
@@ -39,13 +40,13 @@ def _interval(estimate: float, draws: np.ndarray, level: float) -> Interval:
     return Interval(float(estimate), float(np.quantile(draws, tail)), float(np.quantile(draws, 1 - tail)), level)
 
 
-def _per_example(correct: Sequence[Sequence[float]] | Sequence[float]) -> np.ndarray:
+def _per_example(correct: ArrayLike) -> np.ndarray:
     arr = np.asarray(correct, dtype=float)
     return arr.mean(axis=0) if arr.ndim == 2 else arr
 
 
 def paired_bootstrap(
-    a: Sequence, b: Sequence, *, n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0
+    a: ArrayLike, b: ArrayLike, *, n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0
 ) -> Interval:
     """Accuracy of ``a`` minus accuracy of ``b`` on the same examples, with a paired bootstrap interval.
 

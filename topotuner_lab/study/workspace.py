@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from topotuner_lab.drift.settings import DriftSettings
     from topotuner_lab.training.config import FinetuneConfig
+    from topotuner_lab.training.results import RunResults
     from topotuner_lab.weights.models import LoadedModel
     from topotuner_lab.weights.snapshot import Snapshot
 
@@ -128,22 +129,20 @@ def snapshot_once(loaded: LoadedModel, path: Path) -> Snapshot:
     return reuse_or_compute(path, load_snapshot, write, valid=lambda snap: snap.weights_hash == fresh.weights_hash)
 
 
-def _same_config(done: dict[str, Any], cfg: FinetuneConfig) -> bool:
+def _same_config(done: RunResults, cfg: FinetuneConfig) -> bool:
     ignore = ("output_dir", "keep_checkpoints")
     recorded = {k: v for k, v in (done.get("config") or {}).items() if k not in ignore}
     return recorded == {k: v for k, v in asdict(cfg).items() if k not in ignore}
 
 
-def finetune_once(
-    loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str], None] = lambda _: None
-) -> dict[str, Any]:
+def finetune_once(loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str], None] = lambda _: None) -> RunResults:
     """``run_finetune(loaded, cfg)`` unless its folder already holds results of this very config (then those)."""
     from topotuner_lab.training.finetune import run_finetune
     from topotuner_lab.training.results import load_results
 
     out = Path(cfg.output_dir)
 
-    def run() -> dict[str, Any]:
+    def run() -> RunResults:
         if (out / "results.json").exists():  # a stale run: its checkpoints belong to another config
             for checkpoint in out.glob("checkpoint-*"):
                 shutil.rmtree(checkpoint)
