@@ -133,8 +133,10 @@ class Config:
 
     @classmethod
     def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
-        """Settings from :meth:`to_dict`'s output (lists back to tuples, nested settings rebuilt); unknown keys
-        are refused."""
+        """Settings from :meth:`to_dict`'s output (lists back to tuples, nested settings rebuilt).
+
+        Unknown keys are refused, and so is a missing field without a default.
+        """
         if not isinstance(data, Mapping):
             raise cls.error(
                 f"{cls.label} must be a mapping of field to value, not {type(data).__name__}", "pass a dict"

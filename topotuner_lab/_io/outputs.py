@@ -1,5 +1,8 @@
-"""Checks on where a command writes, done before any work: an output never replaces an input, two
-outputs never collide, and a path that cannot be written is refused with a clear message."""
+"""Checks on where a command writes, done before any work.
+
+An output never replaces an input, two outputs never collide, and a path that cannot be written is refused with a
+clear message.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +20,11 @@ def _resolved(path: str | os.PathLike[str]) -> Path:
 
 
 def check_writable(path: str | os.PathLike[str], what: str, *, suffixes: Iterable[str] = ()) -> Path:
-    """Refuse an output path that is a folder, lies under a file or a system folder, cannot be created,
-    or has a suffix other than ``suffixes`` (when given)."""
+    """Refuse an output path that cannot or should not be written; the resolved path otherwise.
+
+    Refused: a folder, a path under a file or a system folder, one that cannot be created, or a suffix other than
+    ``suffixes`` (when given).
+    """
     target = _resolved(path)
     suffixes = tuple(suffixes)
     if suffixes and target.suffix not in suffixes:

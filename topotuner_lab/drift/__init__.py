@@ -1,5 +1,8 @@
-"""Drift tables: settings, column names, the verified on-disk cache, computation on local or Dask workers,
-table files, and the noise floor."""
+"""Drift tables and everything they are made from.
+
+Settings, column names, the verified on-disk cache, computation on local or Dask workers, table files, and the
+noise floor.
+"""
 
 from topotuner_lab._io.lazy import lazy_exports
 

@@ -99,6 +99,7 @@ class DriftCache:
         return dgms
 
     def row_key(self, hash_a: str, hash_b: str, settings: DriftSettings) -> str:
+        """The cache key of a pair's values: both matrices' hashes and the settings."""
         return _digest([hash_a, hash_b, settings.key()])
 
     def get_row(self, key: str, columns: list[str] | None = None) -> dict[str, Any] | None:
@@ -120,6 +121,7 @@ class DriftCache:
         return values
 
     def put_row(self, key: str, values: dict[str, Any]) -> None:
+        """Store a finished pair's values under ``key``, with their checksum (nothing without a cache folder)."""
         path = self._path("rows", key, ".json")
         if path is not None:
             atomic.write_json(path, {"key": key, "checksum": _digest(values), "values": values})

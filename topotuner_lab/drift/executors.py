@@ -26,6 +26,7 @@ def check_jobs(n_jobs: int) -> int:
 
 
 def run_joblib(work: list[tuple[Any, ...]], n_jobs: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(pid, values)`` of each matrix pair, computed on local joblib workers and yielded as they finish."""
     from joblib import Parallel, delayed
 
     yield from Parallel(n_jobs=min(n_jobs, len(work)), return_as="generator_unordered")(

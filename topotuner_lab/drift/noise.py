@@ -29,10 +29,12 @@ class NoiseCheck:
 
     @property
     def within_noise(self) -> bool:
+        """Whether the fine-tune's drift fails to clear the noise floor (ratio below ``NOISE_RATIO_MIN``, or NaN)."""
         return not self.ratio >= NOISE_RATIO_MIN
 
     @property
     def message(self) -> str:
+        """The check in words: the ratio and share above noise; within noise, a warning with the fix."""
         head = (
             f"noise check on {self.metric}: fine-tune drift is {self.ratio:.2f}x the noise floor (median); "
             f"{100 * self.share_above:.0f}% of matrices drift more than every noise draw"

@@ -1,3 +1,4 @@
-"""Persistence diagrams of row point clouds, distances between diagrams, magnitude baselines (numpy/scipy only, no
-torch).
+"""Persistence diagrams of row point clouds, distances between diagrams, magnitude baselines.
+
+Numpy and scipy only, no torch.
 """

@@ -69,8 +69,10 @@ def h0_wasserstein(deaths_a: np.ndarray, deaths_b: np.ndarray, p: float = 1.0) -
 
 
 def assignment_wasserstein(a: np.ndarray, b: np.ndarray, p: float = 1.0) -> float:
-    """Exact p-Wasserstein distance as a linear assignment on the (n + m) x (m + n) matrix of the diagram matching:
-    point to point (Euclidean), point to its diagonal projection, and diagonal to diagonal at no cost."""
+    """Exact p-Wasserstein distance as a linear assignment on the (n + m) x (m + n) matrix of the diagram matching.
+
+    Costs: point to point (Euclidean), point to its diagonal projection, and diagonal to diagonal at no cost.
+    """
     from scipy.optimize import linear_sum_assignment
 
     n, m = len(a), len(b)
@@ -127,7 +129,7 @@ def wasserstein(
 
 
 def _covers(required: np.ndarray, others: np.ndarray, eps: float) -> bool:
-    """Can every ``required`` value (sorted) be matched to its own ``others`` value (sorted) within ``eps``?
+    """Whether every ``required`` value (sorted) can be matched to its own ``others`` value (sorted) within ``eps``.
 
     Each required x may take any y in [x - eps, x + eps]; these windows all have one width, so giving each x in turn
     the smallest free y >= x - eps is optimal. Vectorized: the k-th x takes index k + max_{l<=k}(first_l - l).
@@ -144,8 +146,11 @@ def _covers(required: np.ndarray, others: np.ndarray, eps: float) -> bool:
 
 
 def _h0_bottleneck_feasible(x: np.ndarray, y: np.ndarray, eps: float) -> bool:
-    """A matching of cost <= eps exists iff the deaths that cannot go to the diagonal (d / 2 > eps) on each side can
-    each be matched within eps (Mendelsohn-Dulmage: two one-sided matchings combine into one)."""
+    """Whether two H0 diagrams (death times) have a matching of cost <= ``eps``.
+
+    It exists iff the deaths that cannot go to the diagonal (d / 2 > eps) on each side can each be matched within eps
+    (Mendelsohn-Dulmage: two one-sided matchings combine into one).
+    """
     return _covers(x[x / 2 > eps], y, eps) and _covers(y[y / 2 > eps], x, eps)
 
 
@@ -173,8 +178,9 @@ def h0_bottleneck(deaths_a: np.ndarray, deaths_b: np.ndarray) -> float:
 
 
 def bottleneck(dgm_a: np.ndarray, dgm_b: np.ndarray) -> float:
-    """Exact bottleneck distance (L-infinity ground metric): the O(n log n) H0 route when both diagrams are H0
-    (all births 0), hera's exact solver (``delta=0``) otherwise.
+    """Exact bottleneck distance (L-infinity ground metric).
+
+    The O(n log n) H0 route when both diagrams are H0 (all births 0), hera's exact solver (``delta=0``) otherwise.
 
     Parameters
     ----------

@@ -46,6 +46,7 @@ def row_cosine_change(before: np.ndarray, after: np.ndarray) -> float:
 
 
 def magnitude_metrics(before: np.ndarray, after: np.ndarray) -> dict[str, float]:
+    """The magnitude baselines of one matrix pair: relative Frobenius and spectral change, row cosine change."""
     return {
         "rel_frobenius": relative_frobenius(before, after),
         "rel_spectral": relative_spectral(before, after),
