@@ -1,5 +1,7 @@
-"""Profile cards: schema and JSON (no torch), selection from a drift table, applying a card to a model
-(torch), comparing cards."""
+"""Profile cards: which projections a fine-tune trains.
+
+Schema and JSON (no torch), selection from a drift table, applying a card to a model (torch), comparing cards.
+"""
 
 from topotuner_lab._io.lazy import lazy_exports
 

@@ -1,4 +1,4 @@
-"""Comparing two profile cards: does a profile transfer, and do two tasks or models pick alike?
+"""Comparing two profile cards: does a profile transfer, and do two tasks or models pick alike.
 
 On the same model the cards' ids can be matched one to one (overlap, Jaccard index, rank
 agreement). Across models the ids differ, so the comparison falls back to what the paper reads

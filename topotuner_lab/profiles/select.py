@@ -157,8 +157,10 @@ def check_table_fits(table: pd.DataFrame, identity: ModelIdentity) -> None:
 
 
 def _percent(text: str) -> float | str:
-    """A budget in percent on the command line, as the fraction the card records (``1`` -> 0.01); text that is no
-    number is passed on for the field's check to refuse."""
+    """A budget in percent on the command line, as the fraction the card records (``1`` -> 0.01).
+
+    Text that is no number is passed on for the field's check to refuse.
+    """
     try:
         return float(text) / 100
     except ValueError:

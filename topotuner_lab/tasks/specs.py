@@ -85,6 +85,7 @@ def data_dir() -> Path:
 
 
 def get_task(name: str) -> TaskSpec:
+    """The spec of a task by name; an unknown name is a :class:`TaskError` listing the known ones."""
     if name not in TASKS:
         raise TaskError(f"unknown task {name!r}", f"use one of {', '.join(TASKS)}")
     return TASKS[name]

@@ -1,5 +1,8 @@
-"""Attention projections of a model, snapshots of their weights (numpy; no torch), extraction from a model
-(torch) or streamed from checkpoint files, model loading."""
+"""Attention projections of a model and snapshots of their weights.
+
+Projections, snapshots (numpy; no torch), extraction from a model (torch) or streamed from checkpoint files, and
+model loading.
+"""
 
 from topotuner_lab._io.lazy import lazy_exports
 

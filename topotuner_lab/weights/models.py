@@ -124,8 +124,11 @@ def build_tiny_model(name: str = "tiny-llama", seed: int = 0, **overrides: Any) 
 
 
 def embedded_gguf_path(alias: str = DEFAULT_MODEL) -> Path:
-    """Path of the GGUF file of a packaged model: inside its package (found without importing it),
-    or, for a model split over chunk packages, reassembled into the cache by the package itself."""
+    """Path of the GGUF file of a packaged model.
+
+    The file lies inside its package (found without importing it), or, for a model split over chunk packages, is
+    reassembled into the cache by the package itself.
+    """
     info = PACKAGED_MODELS[alias]
     spec = importlib.util.find_spec(info["package"])
     if spec is None or not spec.submodule_search_locations:
@@ -172,8 +175,10 @@ def export_float32(model: PreTrainedModel, tokenizer: Any, target: Path) -> Path
 
 
 def load_embedded(alias: str = DEFAULT_MODEL) -> LoadedModel:
-    """A packaged model (the embedded default, or another listed in ``PACKAGED_MODELS``), from the float32
-    export cache (created on first use)."""
+    """A packaged model (the embedded default, or another listed in ``PACKAGED_MODELS``).
+
+    It is read from the float32 export cache, created on first use.
+    """
     info = PACKAGED_MODELS[alias]
     export = model_cache_dir() / f"{alias}-f32"
     if not (export / "config.json").is_file():

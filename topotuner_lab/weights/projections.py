@@ -77,7 +77,7 @@ class Projection:
     row_stop: int | None = None
 
     def from_weight(self, weight: Weight) -> Weight:
-        """This projection's (out x in) rows of a stored weight tensor (transposed and sliced as needed)."""
+        """The (out x in) rows of this projection in a stored weight tensor (transposed and sliced as needed)."""
         weight = weight.T if self.transposed else weight
         return weight[self.row_start : self.row_stop]
 
@@ -98,6 +98,7 @@ def count_parameters(model: torch.nn.Module, *, trainable_only: bool = False) ->
 
 
 def model_type(model: torch.nn.Module) -> str:
+    """The ``model_type`` of a model's config (of the base model under a peft wrapper), else its class name."""
     if hasattr(model, "get_base_model"):  # a peft wrapper
         model = cast(Any, model).get_base_model()
     config = getattr(model, "config", None)

@@ -70,10 +70,12 @@ class Snapshot:
 
     @property
     def weights_hash(self) -> str:
+        """The weight fingerprint: the hash of all matrices, in id order."""
         return weights_hash(self.matrices)
 
     @property
     def shapes(self) -> dict[str, tuple[int, int]]:
+        """The (rows, cols) shape of each matrix, by projection id."""
         return {pid: tuple(m.shape) for pid, m in self.matrices.items()}
 
     def inventory(self):

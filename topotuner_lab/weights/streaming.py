@@ -46,6 +46,7 @@ class Checkpoint:
 
     @classmethod
     def open(cls, source: str | os.PathLike[str]) -> Checkpoint:
+        """A checkpoint folder (``config.json`` + safetensors, sharded or not), indexed from its headers."""
         folder = Path(source)
         if not folder.is_dir() or not (folder / "config.json").is_file():
             raise ModelLoadError(
@@ -66,10 +67,12 @@ class Checkpoint:
 
     @property
     def model_type(self) -> str:
+        """The config's ``model_type`` (``"unknown"`` when absent)."""
         return str(self.config.get("model_type", "unknown"))
 
     @property
     def total_params(self) -> int:
+        """Parameters of all the checkpoint's tensors."""
         return int(sum(np.prod(s) for s in self.shapes.values()))
 
     def read(self, name: str) -> np.ndarray:
@@ -85,7 +88,7 @@ def _attention(checkpoint: Checkpoint) -> list[Projection]:
 
 
 def _lora_delta(adapter: Path, proj: Projection, cache: dict[str, Any]) -> np.ndarray | None:
-    """scale * B @ A of the adapter for this projection's parameter, or None if the adapter does not touch it."""
+    """The LoRA delta scale * B @ A for this projection's parameter, or None if the adapter does not touch it."""
     from safetensors import safe_open
 
     if "config" not in cache:
