@@ -1,5 +1,7 @@
-"""Fine-tuning: config, data, model and trainer per method, callbacks (topological early stopping), evaluation,
-memory, results."""
+"""Fine-tuning: full, LoRA and profile-card runs on the HF ``Trainer``.
+
+Config, data, model and trainer per method, callbacks (topological early stopping), evaluation, memory, results.
+"""
 
 from topotuner_lab._io.lazy import lazy_exports
 

@@ -24,9 +24,11 @@ class EpochClock(TrainerCallback):
     """
 
     def on_epoch_begin(self, args, state, control, **kwargs):
+        """Start the epoch's clock."""
         self._start = time.perf_counter()
 
     def on_epoch_end(self, args, state, control, **kwargs):
+        """Log the epoch's seconds."""
         state.log_history.append({"epoch": _epoch(state), "epoch_seconds": time.perf_counter() - self._start})
 
 
@@ -37,6 +39,7 @@ class EpochEvaluation(TrainerCallback):
         self.score = score
 
     def on_epoch_end(self, args, state, control, model=None, **kwargs):
+        """Log the epoch's test accuracy, then put the model back in training mode."""
         state.log_history.append({"epoch": _epoch(state), "test_accuracy": accuracy(self.score(model))})
         model.train()
 

@@ -1,5 +1,7 @@
-"""What a fine-tune trains and how (:class:`FinetuneConfig`): recorded verbatim in its results, and the options of
-``topotuner-lab finetune``."""
+"""What a fine-tune trains and how (:class:`FinetuneConfig`).
+
+The config is recorded verbatim in a run's results, and its fields are the options of ``topotuner-lab finetune``.
+"""
 
 from __future__ import annotations
 

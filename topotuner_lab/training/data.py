@@ -1,5 +1,8 @@
-"""The examples one fine-tune uses: training and validation rows (drawn by the data seed), and test,
-out-of-domain and perplexity rows (fixed, so every method and seed is scored on the same ones)."""
+"""The examples one fine-tune uses.
+
+Training and validation rows are drawn by the data seed; test, out-of-domain and perplexity rows are fixed, so every
+method and seed is scored on the same ones.
+"""
 
 from __future__ import annotations
 

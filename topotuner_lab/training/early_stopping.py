@@ -88,6 +88,7 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
 
     # transformers saves this with checkpoints (ExportableState), so a resumed run keeps its history
     def state(self) -> dict[str, Any]:
+        """The callback's arguments and record, as HF saves them with each checkpoint."""
         return {
             "args": {
                 "threshold": self.threshold,
@@ -101,9 +102,15 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
         }
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        """Copy the monitored matrices, which the first epoch's drift is measured from."""
         self._previous = projection_matrices(model, self.pids)
 
     def on_epoch_end(self, args, state, control, model=None, **kwargs):
+        """Record the drift since the previous epoch, raw and normalized by the first epoch's.
+
+        The first time it falls below the threshold (from ``min_epochs`` on), record the stop epoch and, unless
+        ``observe_only``, stop training.
+        """
         start = time.perf_counter()
         current = projection_matrices(model, self.pids)
         table = drift_between(self._previous, current, self.settings, n_jobs=1, cache=DriftCache(None))

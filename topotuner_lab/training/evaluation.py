@@ -40,7 +40,7 @@ def continuation_logprobs(
     max_length: int = 128,
     batch_size: int = 16,
 ) -> np.ndarray:
-    """log p(continuation | prompt) for every (prompt, continuation) pair: an (n_prompts, n_continuations) array."""
+    """The log-probabilities log p(continuation | prompt), an (n_prompts, n_continuations) array."""
     model.eval()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     label_ids = [tokenizer(c, add_special_tokens=False).input_ids for c in continuations]
@@ -91,7 +91,7 @@ def _next_token_logprobs(
 def classification_correct(
     model: torch.nn.Module, tokenizer: Any, dataset: Any, labels: Sequence[str], **kwargs: Any
 ) -> np.ndarray:
-    """Per row: is the true label word the most likely continuation? (a boolean array, for paired comparisons)"""
+    """Per row, whether the true label word is the most likely continuation (a boolean array, for paired tests)."""
     if len(dataset) == 0:
         return np.zeros(0, dtype=bool)
     scores = continuation_logprobs(model, tokenizer, dataset["prompt"], labels, **kwargs)
@@ -110,7 +110,7 @@ def classification_accuracy(
 def gsm8k_correct(
     model: torch.nn.Module, tokenizer: Any, dataset: Any, *, max_new_tokens: int = 128, max_length: int = 256
 ) -> np.ndarray:
-    """Greedy answers; per row, does the final number equal the reference's?"""
+    """Per row, whether the final number of the greedy answer equals the reference's (a boolean array)."""
     model.eval()
     hits = []
     for row in dataset:

@@ -84,8 +84,11 @@ _PRETRAINED_SCORES: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[Any, .
 
 
 def _pretrained_scores(loaded: LoadedModel, cfg: FinetuneConfig, data: RunData, score_ood: Any) -> dict[str, float]:
-    """Forgetting's reference point. The evaluation rows are fixed (``EVAL_SEED``) and ``loaded`` is never changed,
-    so every run of a comparison shares it: computed once per process, not once per fine-tune."""
+    """Forgetting's reference point: the pretrained model's out-of-domain accuracy and perplexity.
+
+    The evaluation rows are fixed (``EVAL_SEED``) and ``loaded`` is never changed, so every run of a comparison
+    shares it: computed once per process, not once per fine-tune.
+    """
     key = (data.ood_task, cfg.n_ood, cfg.n_ppl, cfg.max_length, cfg.data_source)
     per_model = _PRETRAINED_SCORES.setdefault(loaded.model, {})
     if key not in per_model:

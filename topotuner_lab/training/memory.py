@@ -1,5 +1,7 @@
-"""Memory of a training step, measured honestly: the process's resident peak, what training added to it, and
-torch's own peak allocation on CUDA."""
+"""Memory of a training step, measured honestly.
+
+The process's resident peak, what training added to it, and torch's own peak allocation on CUDA.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""The model and the HF ``Trainer`` of one fine-tune: a trainable copy per method (full, LoRA, profile card),
-completion-only tokenization, and checkpoints that hold only what trains."""
+"""The model and the HF ``Trainer`` of one fine-tune.
+
+A trainable copy per method (full, LoRA, profile card), completion-only tokenization, and checkpoints that hold only
+what trains.
+"""
 
 from __future__ import annotations
 
@@ -75,6 +78,7 @@ def prepare_model(
 
 
 def last_checkpoint(output_dir: Path) -> str | None:
+    """The highest-numbered ``checkpoint-N`` folder in ``output_dir``, or None (a run then starts afresh)."""
     checkpoints = sorted(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     return str(checkpoints[-1]) if checkpoints else None
 
@@ -122,8 +126,11 @@ class TrainableOnlyTrainer(Trainer):
 def build_trainer(
     model: torch.nn.Module, tokenizer: Any, cfg: FinetuneConfig, data: RunData, callbacks: list[TrainerCallback]
 ) -> Trainer:
-    """An HF ``Trainer`` for ``cfg``: weight decay 0 (frozen rows of fused matrices never move), one kept checkpoint
-    per epoch, the terminal progress bar HF shows; profile runs checkpoint only their trainable tensors."""
+    """An HF ``Trainer`` for ``cfg``.
+
+    Weight decay 0 (frozen rows of fused matrices never move), one kept checkpoint per epoch, the terminal progress
+    bar HF shows; profile runs checkpoint only their trainable tensors.
+    """
     args = TrainingArguments(
         output_dir=cfg.output_dir,
         num_train_epochs=cfg.epochs,
