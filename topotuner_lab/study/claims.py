@@ -1,5 +1,7 @@
-"""The paper's claims checked against a comparison's results, as data: one :class:`ClaimResult` per claim and
-setting, with its estimate, bootstrap interval, threshold and verdict. :mod:`report` renders them.
+"""The paper's claims checked against a comparison's results, as data.
+
+One :class:`ClaimResult` per claim and setting, with its estimate, bootstrap interval, threshold and verdict;
+:mod:`report` renders them.
 
 Only runs at each method's selected learning rate (chosen on validation data) with the linear schedule are
 compared. Where several cards compete (the best of high/low drift, the best control), the one with the best
@@ -53,6 +55,7 @@ class ClaimResult:
     verdict: str
 
     def as_row(self) -> dict[str, object]:
+        """The result as a table row (field name to value)."""
         return asdict(self)
 
 
@@ -208,6 +211,7 @@ def _stopping_claims(results: pd.DataFrame) -> list[ClaimResult]:
 
 
 def claims_frame(claims: list[ClaimResult]) -> pd.DataFrame:
+    """The claim results as a table, one row each."""
     return pd.DataFrame([c.as_row() for c in claims])
 
 

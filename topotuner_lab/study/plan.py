@@ -1,5 +1,6 @@
-"""The runs of a comparison, as data: a typed :class:`RunKey` per arm and the ordered :class:`RunSpec` list a preset
-plans (:func:`plan`), computed before anything trains.
+"""The runs of a comparison, as data, computed before anything trains.
+
+A typed :class:`RunKey` per arm and the ordered :class:`RunSpec` list a preset plans (:func:`plan`).
 
 Seeds are the outer loop, so an interrupted comparison has whole seeds done first. On the first seed every arm
 sweeps its rate grid; later seeds run each arm at the rate the sweep chose; card strategies listed in

@@ -141,7 +141,7 @@ def _select(sweep: list[tuple[float, RunResults]]) -> float:
 
 
 def machine() -> str:
-    """This machine as measured: logical cores and the accelerator torch sees."""
+    """The machine as measured here: logical cores and the accelerator torch sees."""
     import os
 
     import torch
@@ -151,8 +151,11 @@ def machine() -> str:
 
 
 def prepare(preset: Preset, work: WorkDir, log: Log) -> tuple[LoadedModel, Cards]:
-    """The model, its pretrained snapshot and noise floor, each prior's drift table and cards, and the further
-    models' drift and noise tables (drift only), all before the long grid; every step reused when verified."""
+    """The model and its cards, with everything the long grid needs prepared before it runs.
+
+    That is the pretrained snapshot and noise floor, each prior's drift table and cards, and the further models'
+    drift and noise tables (drift only); every step is reused when verified.
+    """
     for name in preset.other_models:  # fail now, not after the grid, when a second model is not installed
         if name in PACKAGED_MODELS:
             embedded_gguf_path(name)

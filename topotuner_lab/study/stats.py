@@ -100,8 +100,11 @@ def bootstrap_stat(
 
 
 def verdict(interval: Interval, threshold: float = 0.0, *, higher_is_better: bool = True) -> str:
-    """``held`` if the interval lies beyond ``threshold`` on the good side, ``did not hold`` if wholly on the bad
-    side, else ``inconclusive``."""
+    """The verdict of an interval against ``threshold``.
+
+    ``held`` if the interval lies beyond ``threshold`` on the good side, ``did not hold`` if wholly on the bad side,
+    else ``inconclusive``.
+    """
     low, high = (interval.low, interval.high) if higher_is_better else (-interval.high, -interval.low)
     bound = threshold if higher_is_better else -threshold
     if low > bound:

@@ -40,6 +40,7 @@ class WorkDir:
 
     @property
     def pretrained(self) -> Path:
+        """The pretrained model's snapshot."""
         return self.root / "pretrained.safetensors"
 
     def prior_run(self, task: str) -> Path:
@@ -47,9 +48,11 @@ class WorkDir:
         return self.root / f"prior-{task}"
 
     def finetuned(self, task: str) -> Path:
+        """The snapshot after the full fine-tune on a prior task."""
         return self.prior_run(task) / "after.safetensors"
 
     def drift_table(self, task: str) -> Path:
+        """The drift table of a prior task (pretrained against its fine-tune)."""
         return self.root / f"drift-{task}.parquet"
 
     def drift_tables(self) -> list[Path]:
@@ -58,6 +61,7 @@ class WorkDir:
 
     @staticmethod
     def prior_task_of(table: Path) -> str:
+        """The prior task a drift table file belongs to (its name less ``drift-``)."""
         return table.stem.removeprefix("drift-")
 
     def noise_table(self, seed: int) -> Path:
@@ -66,12 +70,15 @@ class WorkDir:
 
     @property
     def cards(self) -> Path:
+        """The folder of profile cards."""
         return self.root / "cards"
 
     def card(self, name: str = "profile") -> Path:
+        """A card file in the cards folder (``profile.json`` by default)."""
         return self.cards / f"{name}.json"
 
     def compare_run(self, task: str, method: str) -> Path:
+        """The run folder of ``method`` in the side-by-side comparison of methods on ``task``."""
         return self.root / "compare" / task / method
 
     def model(self, name: str) -> WorkDir:
@@ -79,17 +86,21 @@ class WorkDir:
         return WorkDir(self.root / "models" / name)
 
     def models(self) -> list[WorkDir]:
+        """The work folders of the further models present, sorted."""
         return [WorkDir(p) for p in sorted((self.root / "models").glob("*")) if p.is_dir()]
 
     def target_run(self, prior: str, tag: str, name: str) -> Path:
+        """A comparison run's folder: by prior, then ``tag``, then the run's name (``:`` and ``@`` made path-safe)."""
         return self.root / "runs" / f"prior-{prior}" / tag / name.replace(":", "-").replace("@", "-")
 
     @property
     def results(self) -> Path:
+        """The comparison's results table (one row per run)."""
         return self.root / "results.csv"
 
     @property
     def preset(self) -> Path:
+        """The preset of the comparison, written beside its results."""
         return self.root / "preset.json"
 
 
