@@ -27,6 +27,8 @@ NOTEBOOKS: tuple[str, ...] = (
     "06_early_stopping.ipynb",
     "07_compare_cards.ipynb",
 )
+
+
 @dataclass(frozen=True)
 class NotebookPreset(Config):
     """Parameters the notebook series runs with (each notebook takes the ones its parameters cell declares)."""

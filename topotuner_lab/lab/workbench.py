@@ -6,6 +6,7 @@ the methods side by side. File names come from :class:`~topotuner_lab.study.work
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.study.workspace import WorkDir, drift_table_once, finetune_once, noise_tables_once, snapshot_once
 from topotuner_lab.training.config import FinetuneConfig
-from topotuner_lab.training.results import load_results
+from topotuner_lab.training.results import RunResults, load_results
 from topotuner_lab.weights.models import LoadedModel, load_model
 from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
@@ -78,14 +79,14 @@ def train_methods(
     *,
     stop_threshold: float | None = None,
     **config: Any,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, RunResults]:
     """Run each method on ``task`` (LoRA at the card's budget); finished runs of the same config are reused.
 
     With ``stop_threshold`` the profile run also records topological early stopping (observe mode, test accuracy
     every epoch), so notebook 6 reads it instead of training the same run again.
     """
     work = WorkDir(work_dir)
-    results = {}
+    results: dict[str, RunResults] = {}
     for method in methods:
         extra: dict[str, Any] = {"lora_rank": "match"} if method == "lora" else {}
         if method == "profile" and stop_threshold is not None:
@@ -102,12 +103,12 @@ def train_methods(
     return results
 
 
-def method_run(work_dir: str | Path, task: str, method: str = "profile") -> dict[str, Any]:
+def method_run(work_dir: str | Path, task: str, method: str = "profile") -> RunResults:
     """The results of one run of notebook 5's comparison (a clear error if notebook 5 has not run)."""
     return load_results(WorkDir(work_dir).compare_run(task, method) / "results.json")
 
 
-def results_frame(results: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def results_frame(results: Mapping[str, RunResults]) -> pd.DataFrame:
     """The comparison as a table: accuracy, gap, forgetting, trainable share, time, memory."""
     cols = [
         "test_accuracy",
