@@ -342,11 +342,6 @@ def test_stopping_section_is_empty_without_card_runs():
     assert sections.stopping_section(_results().query("method == 'full'")) == ""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="stopping_section lists every method in the drift-minus-rate line, so methods without an early-stopping "
-    "record (full FT, LoRA) print as 'full +nan' (as in docs/RESULTS.md)",
-)
 def test_stopping_section_leaves_out_methods_without_a_drift_record():
     text = sections.stopping_section(_results())
     assert "nan" not in text and "median per method: profile +0.35." in text
@@ -546,3 +541,21 @@ def test_normalization_section_follows_the_presets_normalization_and_metric(tiny
     assert "selections of the agnews prior" in text and _header_of(text)[3] == "Jaccard vs raw"
     raw = build_profile(table, identity, prior_task="agnews", metric="h1_w1", fraction=0.05, normalization="raw")
     assert _row_of(text, "5%", "raw (used)")[2:] == [", ".join(raw.trainable), "1.00"]
+
+
+def test_an_h0_only_table_renders_its_drift_and_noise_sections():
+    table = pd.DataFrame(
+        {
+            "pid": ["L0.q", "L0.k", "L0.v", "L0.o"],
+            "kind": ["q", "k", "v", "o"],
+            "rows": [8, 4, 4, 8],
+            "h0_w1": [0.8, 0.4, 0.2, 0.1],
+            "rel_frobenius": [0.1, 0.2, 0.3, 0.4],
+            "row_cosine_change": [0.01, 0.02, 0.03, 0.04],
+        }
+    )
+    by_kind = sections.drift_by_kind(table)  # a table of DriftSettings(maxdim=0) has no h1 column
+    assert (
+        list(by_kind.columns) == ["h0_w1", "h0_w1_per_row", "rel_frobenius"]
+        and by_kind.loc["q", "h0_w1_per_row"] == 0.1
+    )

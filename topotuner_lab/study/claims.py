@@ -24,7 +24,7 @@ from topotuner_lab.study.stats import (
     Interval,
     bootstrap_ratio,
     bootstrap_stat,
-    paired_bootstrap,
+    two_way_bootstrap,
     verdict,
 )
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
@@ -111,7 +111,7 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
 
     def paired(group: pd.DataFrame, a: str, b: str, key: str = "test_correct") -> Interval:
         seeds = sorted(set(group.loc[group["run"] == a, "seed"]) & set(group.loc[group["run"] == b, "seed"]))
-        return paired_bootstrap(stacked(group, a, seeds, key), stacked(group, b, seeds, key))
+        return two_way_bootstrap(stacked(group, a, seeds, key), stacked(group, b, seeds, key))
 
     for (prior, target), group in runs.groupby(["prior", "target"], sort=False):
         setting = f"{prior} -> {target}"

@@ -1,9 +1,11 @@
-"""Uncertainty for method comparisons: paired bootstrap intervals and three-way verdicts.
+"""Uncertainty for method comparisons: bootstrap intervals over seeds and examples, verdicts, Holm's correction.
 
-Methods are scored on the same test examples (the test draw does not depend on the seed), so a
-difference in accuracy is bootstrapped over examples, each example's correctness averaged over seeds.
-A claim *held* when its whole interval clears the threshold, *did not hold* when the whole interval
-is on the wrong side, and is *inconclusive* when the interval covers the threshold.
+Methods are scored on the same test examples (the test draw does not depend on the seed) and trained with the same
+seeds, so a difference in accuracy is paired on both. The primary interval resamples seeds and examples
+(:func:`two_way_bootstrap`): the trained models are a sample too, not fixed. A claim *held* when its whole interval
+clears the threshold, *did not hold* when the whole interval is on the wrong side, is *equivalent* when it lies
+inside a stated band, and is *inconclusive* otherwise. Secondary claims are judged after Holm's correction
+(:func:`holm`) of their bootstrap p-values.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from numpy.typing import ArrayLike
 
 N_BOOT = 10_000
 LEVEL = 0.95
-HELD, NOT_HELD, INCONCLUSIVE = "held", "did not hold", "inconclusive"
+HELD, NOT_HELD, INCONCLUSIVE, EQUIVALENT = "held", "did not hold", "inconclusive", "equivalent"
+#: bootstrap draws per chunk of the two-way bootstrap (bounds its memory: chunk x seeds x examples values)
+_CHUNK = 256
 #: the setup cannot show the claim either way (e.g. a threshold the rule can never reach)
 UNTESTABLE = "not testable here"
 
@@ -64,6 +68,66 @@ def paired_bootstrap(
     return _interval(diff.mean(), means, level)
 
 
+def two_way_draws(a: ArrayLike, b: ArrayLike, *, n_boot: int = N_BOOT, seed: int = 0) -> np.ndarray:
+    """Bootstrap draws of mean(a) - mean(b) resampling seeds and examples independently, paired on both.
+
+    ``a`` and ``b`` are (seeds, examples) correctness or scores, seed ``i`` and example ``j`` the same run seed and
+    test example on both sides. Each draw picks ``seeds`` seed rows and ``examples`` example columns with replacement
+    (the same picks for both sides), so both the training randomness and the test sample enter the interval.
+    """
+    x, y = np.atleast_2d(np.asarray(a, dtype=float)), np.atleast_2d(np.asarray(b, dtype=float))
+    if x.shape != y.shape or x.size == 0:
+        raise ValueError(f"two-way bootstrap needs the same (seeds, examples) on both sides, got {x.shape}, {y.shape}")
+    diff = x - y
+    n_seeds, n_examples = diff.shape
+    rng = np.random.default_rng(seed)
+    draws = np.empty(n_boot)
+    for start in range(0, n_boot, _CHUNK):
+        size = min(_CHUNK, n_boot - start)
+        rows = rng.integers(0, n_seeds, size=(size, n_seeds))
+        cols = rng.integers(0, n_examples, size=(size, n_examples))
+        draws[start : start + size] = diff[rows[:, :, None], cols[:, None, :]].mean(axis=(1, 2))
+    return draws
+
+
+def two_way_bootstrap(
+    a: ArrayLike, b: ArrayLike, *, n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0
+) -> Interval:
+    """mean(a) - mean(b) over (seeds, examples) with a percentile interval from :func:`two_way_draws`.
+
+    With few seeds the percentile interval undercovers: on synthetic data with training noise (tests/test_stats.py)
+    a nominal 95% interval covered the true difference 86% of the time with 5 seeds and 93% with 20, against ~20%
+    for the interval that resamples examples alone (:func:`paired_bootstrap`).
+    """
+    draws = two_way_draws(a, b, n_boot=n_boot, seed=seed)
+    return _interval(float(np.mean(np.asarray(a, dtype=float)) - np.mean(np.asarray(b, dtype=float))), draws, level)
+
+
+def p_value(draws: ArrayLike, threshold: float = 0.0, *, higher_is_better: bool = True) -> float:
+    """One-sided bootstrap p-value of "the estimate clears ``threshold``": the share of draws on the wrong side.
+
+    With ``(k + 1) / (n + 1)`` it is never 0 for a finite number of draws.
+    """
+    values = np.asarray(draws, dtype=float)
+    wrong = values <= threshold if higher_is_better else values >= threshold
+    return float((wrong.sum() + 1) / (values.size + 1))
+
+
+def holm(p_values: Sequence[float], alpha: float = 1 - LEVEL) -> list[bool]:
+    """Holm's step-down correction: which of the hypotheses are rejected at family-wise error ``alpha``.
+
+    The k-th smallest p-value (k = 0, 1, ...) is compared with ``alpha / (m - k)``; testing stops at the first one
+    that does not clear its bound.
+    """
+    order = np.argsort(p_values, kind="stable")
+    rejected = [False] * len(p_values)
+    for rank, index in enumerate(order):
+        if p_values[index] > alpha / (len(p_values) - rank):
+            break
+        rejected[index] = True
+    return rejected
+
+
 def bootstrap_ratio(
     a: Sequence[float],
     b: Sequence[float],
@@ -99,12 +163,20 @@ def bootstrap_stat(
     return _interval(stat(x), draws, level)
 
 
-def verdict(interval: Interval, threshold: float = 0.0, *, higher_is_better: bool = True) -> str:
-    """The verdict of an interval against ``threshold``.
+def verdict(
+    interval: Interval,
+    threshold: float = 0.0,
+    *,
+    higher_is_better: bool = True,
+    band: tuple[float, float] | None = None,
+) -> str:
+    """The verdict of an interval against ``threshold`` (and an equivalence ``band``, when one is stated).
 
-    ``held`` if the interval lies beyond ``threshold`` on the good side, ``did not hold`` if wholly on the bad side,
-    else ``inconclusive``.
+    ``equivalent`` if the whole interval lies inside ``band``; else ``held`` if it lies beyond ``threshold`` on the
+    good side, ``did not hold`` if wholly on the bad side, and ``inconclusive`` when it covers the threshold.
     """
+    if band is not None and band[0] <= interval.low and interval.high <= band[1]:
+        return EQUIVALENT
     low, high = (interval.low, interval.high) if higher_is_better else (-interval.high, -interval.low)
     bound = threshold if higher_is_better else -threshold
     if low > bound:

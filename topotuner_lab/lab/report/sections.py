@@ -58,7 +58,8 @@ def grid_share(snapshot: Snapshot, block: int = 32, levels: int = 16) -> float:
 def drift_by_kind(table: pd.DataFrame) -> pd.DataFrame:
     """Mean drift per projection kind; H0 W1 also per row (W1 sums over a diagram's points; kinds differ in rows)."""
     table = table.assign(h0_w1_per_row=table["h0_w1"] / table["rows"])
-    return table.groupby("kind")[["h0_w1", "h0_w1_per_row", "h1_w1", "rel_frobenius"]].mean().reindex(list(KINDS))
+    shown = [c for c in ("h0_w1", "h0_w1_per_row", "h1_w1", "rel_frobenius") if c in table]  # H0-only tables too
+    return table.groupby("kind")[shown].mean().reindex(list(KINDS))
 
 
 def model_family_section(kinds: dict[tuple[str, str], pd.Series]) -> str:
@@ -83,7 +84,7 @@ def noise_floor_section(
     """Real drift beside the noise floor (the 4-bit grid effect); empty without the fine-tuned snapshot or noise."""
     if post is None or not noise:
         return ""
-    cols = ["h0_w1", "h1_w1", "rel_frobenius", "row_cosine_change"]
+    cols = [c for c in ("h0_w1", "h1_w1", "rel_frobenius", "row_cosine_change") if c in table and c in noise[0]]
     floor = pd.concat(noise)[cols].median()
     ratio = (table[cols].median() / floor).to_frame("median fine-tune drift / median noise drift")
     return (
@@ -166,8 +167,8 @@ def claims_section(claims: list[ClaimResult]) -> str:
     return (
         "\n## Claims, checked against these numbers\n\nEach line compares runs at their own selected learning "
         "rates on the same test examples. "
-        "Accuracy differences carry paired bootstrap intervals over test examples (each example's correctness "
-        "averaged over seeds); timing and "
+        "Accuracy differences carry paired bootstrap intervals that resample both the training seeds and the test "
+        "examples (the trained models are a sample too); timing and "
         "stop epochs are bootstrapped over runs. A claim *held* when the whole interval clears the threshold, *did "
         "not hold* when it lies wholly on "
         "the other side, and is *inconclusive* when it covers the threshold; *not testable here* when the setup "
@@ -227,7 +228,7 @@ def stopping_section(results: pd.DataFrame) -> str:
         + "\n"
     ]
     if results["drift_minus_lr_ratio"].notna().any():
-        gap = results.groupby("method")["drift_minus_lr_ratio"].median()
+        gap = results.groupby("method")["drift_minus_lr_ratio"].median().dropna()  # methods with a drift record
         lines.append(
             "\nNormalized epoch drift minus the epoch's learning rate relative to the first epoch's (linear runs), "
             "median per method: "
