@@ -58,9 +58,15 @@ RANKING = Check(
 )
 BUDGET = Check(
     lambda v: (
-        isinstance(v, dict) and len(v) == 1 and ("count" in v or "fraction" in v) and is_real(next(iter(v.values())))
+        isinstance(v, dict)
+        and len(v) == 1
+        and (
+            ("count" in v and is_real(v["count"]))
+            or ("fraction" in v and is_real(v["fraction"]))
+            or ("per_kind" in v and isinstance(v["per_kind"], dict) and all(is_int(n) for n in v["per_kind"].values()))
+        )
     ),
-    '{"count": k} or {"fraction": f}',
+    '{"count": k}, {"fraction": f} or {"per_kind": {kind: k}}',
 )
 MAPPING = Check(lambda v: isinstance(v, dict), "a JSON object")
 

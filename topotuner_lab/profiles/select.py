@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from topotuner_lab._io.config import (
     REQUIRED,
     Check,
     Config,
+    is_int,
     is_real,
     opt,
     optional,
@@ -36,6 +38,7 @@ from topotuner_lab.profiles.card import (
     ModelIdentity,
     ProfileCard,
 )
+from topotuner_lab.weights.projections import KINDS, parse_pid
 
 
 def param_counts(shapes: dict[str, list[int]]) -> dict[str, int]:
@@ -51,13 +54,25 @@ def select_projections(
     descending: bool,
     count: int | None = None,
     fraction: float | None = None,
+    per_kind: dict[str, int] | None = None,
 ) -> tuple[list[str], list[str]]:
-    """Rank ids by score and keep the first ``count`` or those fitting ``fraction`` of the parameters.
+    """Rank ids by score and keep those the budget allows.
 
-    Returns ``(ranked_ids, selected_ids)``. Ties keep the table order (stable sort). The budget is one of ``count``
-    and ``fraction``, already checked (:class:`CardSettings`).
+    The budget keeps the first ``count``, those fitting ``fraction`` of the parameters, or the first
+    ``per_kind[kind]`` of each kind (one of the three, already checked by :class:`CardSettings`). Returns
+    ``(ranked_ids, selected_ids)``. Ties keep the table order (stable sort).
     """
     ranked = list(scores.sort_values(ascending=not descending, kind="stable").index)
+    if per_kind is not None:
+        by_kind = {kind: [pid for pid in ranked if parse_pid(pid)[1] == kind] for kind in per_kind}
+        short = {kind: len(ids) for kind, ids in by_kind.items() if len(ids) < per_kind[kind]}
+        if short:
+            raise ProfileError(
+                f"per-kind budget {per_kind} asks for more matrices than the model has of kind(s) {short}",
+                "ask for at most as many matrices of each kind as the model has",
+            )
+        picked = {pid for kind, ids in by_kind.items() for pid in ids[: per_kind[kind]]}
+        return ranked, [pid for pid in ranked if pid in picked]
     if count is not None:
         if not 1 <= count <= len(ranked):
             raise ProfileError(
@@ -74,7 +89,8 @@ def select_projections(
             f"({smallest:,} parameters)",
             f"raise the budget to at least {100 * smallest / total_params:.3g}% or give a count",
         )
-    chosen, used = [], 0
+    chosen: list[str] = []
+    used = 0
     for pid in ranked:  # greedy in rank order; skip matrices that no longer fit
         if used + params[pid] <= limit:
             chosen.append(pid)
@@ -167,6 +183,26 @@ def _percent(text: str) -> float | str:
         return text
 
 
+PER_KIND = Check(
+    lambda v: isinstance(v, dict) and v and all(k in KINDS and is_int(n) and n >= 0 for k, n in v.items()),
+    f"a mapping of projection kind ({', '.join(KINDS)}) to a whole number of matrices",
+)
+
+
+def _per_kind(text: str) -> dict[str, int] | str:
+    """``k=5,v=4,o=1`` on the command line as a mapping; other text goes on for the field's check to refuse."""
+    try:
+        return {kind.strip(): int(n) for kind, n in (part.split("=") for part in text.split(","))}
+    except ValueError:
+        return text
+
+
+def kind_composition(card: ProfileCard) -> dict[str, int]:
+    """How many of each projection kind a card trains: the per-kind budget of its stratified random control."""
+    counts = Counter(parse_pid(pid)[1] for pid in card.trainable)
+    return {kind: counts[kind] for kind in KINDS if counts[kind]}
+
+
 @dataclass(frozen=True)
 class CardSettings(Config):
     """How a card is built from a drift table: the options of ``topotuner-lab profile`` and of :func:`build_profile`."""
@@ -188,18 +224,33 @@ class CardSettings(Config):
         flags=("--budget",),
         parse=_percent,
     )
+    per_kind: dict[str, int] | None = opt(
+        None,
+        "matrices per projection kind, ranked within each kind, e.g. k=5,v=4,o=1 (a random card with a topology "
+        "card's composition is the stratified control)",
+        check=optional(PER_KIND),
+        parse=_per_kind,
+    )
     seed: int = opt(0, "seed of the random control", check=NON_NEGATIVE_INT)
     stop_threshold: float | None = opt(
         None, "early-stopping threshold recorded in the card, in (0, 1)", check=optional(OPEN_UNIT)
     )
 
     def check(self) -> None:
-        """Exactly one budget: a count of matrices or a fraction of the parameters."""
-        if (self.count is None) == (self.fraction is None):
+        """Exactly one budget: a count of matrices, a fraction of the parameters, or counts per kind."""
+        if sum(b is not None for b in (self.count, self.fraction, self.per_kind)) != 1:
             self.fail(
-                "give exactly one of count (matrices) or budget fraction",
-                "e.g. count=4, or fraction=0.01 for 1% of the model (--count 4 or --budget 1 on the command line)",
+                "give exactly one of count (matrices), budget fraction or per-kind counts",
+                "e.g. count=4, fraction=0.01 for 1% of the model, or per_kind={'k': 2, 'v': 2} (--count 4, --budget 1 "
+                "or --per-kind k=2,v=2 on the command line)",
             )
+
+
+def _budget(count: int | None, fraction: float | None, per_kind: dict[str, int] | None) -> dict[str, Any]:
+    """The budget as the card records it."""
+    if count is not None:
+        return {"count": count}
+    return {"fraction": fraction} if per_kind is None else {"per_kind": per_kind}
 
 
 def build_profile(
@@ -211,6 +262,7 @@ def build_profile(
     metric: str = columns.DEFAULT_METRIC,
     count: int | None = None,
     fraction: float | None = None,
+    per_kind: dict[str, int] | None = None,
     seed: int = 0,
     stop_threshold: float | None = None,
     drift_settings: dict[str, Any] | None = None,
@@ -225,11 +277,13 @@ def build_profile(
     identity : the pretrained model (``ModelIdentity.from_snapshot``); the table must be of this model.
     strategy : ``high-drift``, ``low-drift``, or the controls ``random`` and ``magnitude``.
     metric : drift column to rank by (``magnitude`` always ranks by ``rel_frobenius``).
-    count, fraction : the budget, exactly one: a number of matrices, or a fraction in (0, 1] of all model
-        parameters (0.01 is 1%; the CLI's ``--budget`` takes percent).
+    count, fraction, per_kind : the budget, exactly one: a number of matrices, a fraction in (0, 1] of all model
+        parameters (0.01 is 1%; the CLI's ``--budget`` takes percent), or a number of matrices per projection kind
+        (ranked within each kind; ``strategy="random"`` with :func:`kind_composition` of a card is its stratified
+        control: the same kinds and count, picked at random).
     normalization : one of ``NORMALIZATIONS`` (see :func:`normalized_scores`); ``noise`` tables for ``noise-z``.
     """
-    CardSettings(prior_task, strategy, metric, normalization, count, fraction, seed, stop_threshold)
+    CardSettings(prior_task, strategy, metric, normalization, count, fraction, per_kind, seed, stop_threshold)
     rank_col = "rel_frobenius" if strategy == "magnitude" else metric
     if rank_col not in columns.rankable(table):
         raise ProfileError(
@@ -249,7 +303,13 @@ def build_profile(
         scores = pd.Series(np.random.default_rng(seed).permutation(len(scores)).astype(float), index=scores.index)
     params = param_counts(identity.shapes)
     ranked, chosen = select_projections(
-        scores, params, identity.total_params, descending=strategy != "low-drift", count=count, fraction=fraction
+        scores,
+        params,
+        identity.total_params,
+        descending=strategy != "low-drift",
+        count=count,
+        fraction=fraction,
+        per_kind=per_kind,
     )
     trainable_params = sum(params[p] for p in chosen)
     order = list(identity.shapes)
@@ -264,7 +324,11 @@ def build_profile(
         frozen=[p for p in order if p not in chosen],
         trainable_params=trainable_params,
         trainable_fraction=trainable_params / identity.total_params,
-        budget={"count": count} if count is not None else {"fraction": fraction},
+        budget={"count": count}
+        if count is not None
+        else {"fraction": fraction}
+        if per_kind is None
+        else {"per_kind": per_kind},
         stop_threshold=stop_threshold,
         seed=seed,
         normalization="raw" if strategy in ("random", "magnitude") else normalization,
