@@ -12,6 +12,7 @@ never crosses, so each point is matched in order or sent to the diagonal. It is 
 
 from __future__ import annotations
 
+import numbers
 from typing import Literal
 
 import numpy as np
@@ -41,9 +42,50 @@ def _check_order(p: float) -> None:
         )
 
 
-def _as_diagram(dgm: np.ndarray) -> np.ndarray:
-    arr = np.asarray(dgm, dtype=np.float64).reshape(-1, 2)
-    return arr[np.isfinite(arr).all(axis=1)]
+def _check_delta(delta: float) -> None:
+    """Refuse a hera relative error that is not a positive finite number (0 never ends, a negative one crashes)."""
+    if not (isinstance(delta, numbers.Real) and not isinstance(delta, bool) and np.isfinite(delta) and delta > 0):
+        raise ParameterError(
+            f"hera relative error delta={delta!r} is not a positive finite number",
+            "use a small positive delta such as 0.01, or solver='pot' or 'assignment' for the exact distance",
+        )
+
+
+def _as_diagram(dgm: object, name: str) -> np.ndarray:
+    """``dgm`` as a float64 (m, 2) array of (birth, death) pairs, or a :class:`ParameterError` naming what is wrong.
+
+    Refused: anything that is not numbers in two columns (a 1-D array is not reshaped into points; an empty list
+    is the empty diagram), NaN coordinates, infinite coordinates (our diagrams leave the essential H0 bar out, so an
+    infinite death cannot be matched) and points born after they die.
+    """
+    fix = f"pass {name} as an (m, 2) array of (birth, death) pairs, e.g. Diagrams[k] from persistence.diagrams"
+    if dgm is None or isinstance(dgm, (str, bytes)):
+        raise ParameterError(f"{name} is {type(dgm).__name__}, not an (m, 2) array of (birth, death) pairs", fix)
+    try:
+        arr = np.asarray(dgm, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ParameterError(f"{name} is not an array of numbers ({exc})", fix) from exc
+    if arr.ndim == 1 and arr.size == 0:
+        return arr.reshape(0, 2)
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise ParameterError(f"{name} has shape {arr.shape}, not (m, 2) (birth, death) pairs", fix)
+    nan = int(np.isnan(arr).any(axis=1).sum())
+    if nan:
+        raise ParameterError(f"{name} has {nan} point(s) with a NaN coordinate", "drop or recompute those points")
+    infinite = int(np.isinf(arr).any(axis=1).sum())
+    if infinite:
+        raise ParameterError(
+            f"{name} has {infinite} point(s) with an infinite birth or death (an essential bar cannot be matched)",
+            f"drop them first, e.g. {name}[np.isfinite({name}).all(axis=1)] (our diagrams already leave the "
+            "essential H0 bar out)",
+        )
+    reversed_points = int((arr[:, 0] > arr[:, 1]).sum())
+    if reversed_points:
+        raise ParameterError(
+            f"{name} has {reversed_points} point(s) born after they die (birth > death)",
+            "give (birth, death) pairs with birth <= death (are the columns swapped?)",
+        )
+    return arr
 
 
 def is_h0_diagram(dgm: np.ndarray) -> bool:
@@ -92,12 +134,14 @@ def wasserstein(
 
     Parameters
     ----------
-    dgm_a, dgm_b : (m, 2) arrays of (birth, death) pairs; rows with an infinite coordinate are ignored.
+    dgm_a, dgm_b : (m, 2) arrays of finite (birth, death) pairs with birth <= death; anything else (NaN, an infinite
+        death, a 1-D or 3-column array) is a :class:`ParameterError`.
     p : Wasserstein order, >= 1.
     solver : ``"auto"``: the exact H0 route when both diagrams are H0, else the exact assignment up to
         ``ASSIGNMENT_UP_TO`` points, exact POT up to ``HERA_ABOVE``, hera beyond; ``"assignment"``: SciPy's linear
         assignment (exact); ``"pot"``: exact optimal transport (gudhi.wasserstein); ``"hera"``: gudhi's hera with
         relative error ``delta``; ``"h0"``: force the H0 route.
+    delta : hera's relative error, a positive finite number (checked whatever the solver).
 
     Returns
     -------
@@ -106,7 +150,8 @@ def wasserstein(
     _check_order(p)
     if solver not in SOLVERS:
         raise ParameterError(f"unknown Wasserstein solver {solver!r}", f"use one of {', '.join(SOLVERS)}")
-    a, b = _as_diagram(dgm_a), _as_diagram(dgm_b)
+    _check_delta(delta)
+    a, b = _as_diagram(dgm_a, "dgm_a"), _as_diagram(dgm_b, "dgm_b")
     if a.size == 0 and b.size == 0:
         return 0.0
     h0 = is_h0_diagram(a) and is_h0_diagram(b)
@@ -184,7 +229,8 @@ def bottleneck(dgm_a: np.ndarray, dgm_b: np.ndarray) -> float:
 
     Parameters
     ----------
-    dgm_a, dgm_b : (m, 2) arrays of (birth, death) pairs.
+    dgm_a, dgm_b : (m, 2) arrays of finite (birth, death) pairs with birth <= death (checked as in
+        :func:`wasserstein`).
 
     Returns
     -------
@@ -194,7 +240,7 @@ def bottleneck(dgm_a: np.ndarray, dgm_b: np.ndarray) -> float:
     """
     from gudhi.hera import bottleneck_distance as hera_bottleneck
 
-    a, b = _as_diagram(dgm_a), _as_diagram(dgm_b)
+    a, b = _as_diagram(dgm_a, "dgm_a"), _as_diagram(dgm_b, "dgm_b")
     if a.size == 0 and b.size == 0:
         return 0.0
     if is_h0_diagram(a) and is_h0_diagram(b):

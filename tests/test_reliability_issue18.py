@@ -1,0 +1,80 @@
+"""Issue 18 regressions: every bad input is one clear error (exit 2), nothing hangs, results are reproducible and
+checked before they are reused. One test per case, parametrized where a case has variants."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from topotuner_lab._io.errors import ParameterError
+from topotuner_lab.topology.distances import bottleneck, wasserstein
+
+GOOD = np.array([[0.0, 1.0], [0.5, 2.0]])
+
+
+# ---------------------------------------------------------------- case 10 / internal errors: diagram inputs
+
+
+@pytest.mark.parametrize("distance", [wasserstein, bottleneck], ids=["wasserstein", "bottleneck"])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        pytest.param(np.array([[0.0, 1.0], [np.nan, 2.0]]), "NaN", id="nan-birth"),
+        pytest.param(np.array([[0.0, 1.0], [0.2, np.nan]]), "NaN", id="nan-death"),
+        pytest.param(np.array([[0.0, 1.0], [0.0, np.inf]]), "infinite", id="infinite-death"),
+        pytest.param(np.array([[0.0, 1.0], [-np.inf, 1.0]]), "infinite", id="infinite-birth"),
+        pytest.param(np.array([[0.0, 1.0], [2.0, 1.0]]), "birth > death", id="birth-after-death"),
+        pytest.param(np.array([0.0, 1.0, 0.5, 2.0]), "shape (4,)", id="1-d"),
+        pytest.param(np.array([[0.0, 1.0, 2.0]]), "shape (1, 3)", id="3-columns"),
+        pytest.param(np.zeros((2, 2, 2)), "shape (2, 2, 2)", id="3-d"),
+        pytest.param("0 1", "is str", id="string"),
+        pytest.param(None, "is NoneType", id="none"),
+        pytest.param([[0.0, "x"]], "not an array of numbers", id="text-inside"),
+        pytest.param([[0.0, 1.0], [1.0]], "not an array of numbers", id="ragged"),
+    ],
+)
+def test_bad_diagrams_are_refused(distance, bad, message):
+    for first, second, name in ((bad, GOOD, "dgm_a"), (GOOD, bad, "dgm_b")):
+        with pytest.raises(ParameterError) as info:
+            distance(first, second)
+        assert message in info.value.problem and name in info.value.problem and info.value.fix
+
+
+def test_good_diagrams_still_measure():
+    empty = np.zeros((0, 2))
+    assert wasserstein([], GOOD) == wasserstein(empty, GOOD) > 0
+    assert bottleneck(GOOD, GOOD) == 0.0 and wasserstein(GOOD.tolist(), GOOD) == 0.0
+
+
+# ---------------------------------------------------------------- case 12: hera's delta
+
+
+@pytest.mark.parametrize("delta", [0, 0.0, -1, float("nan"), float("inf"), True, "0.01", None])
+def test_hera_delta_is_validated(delta):
+    a, b = np.array([[0.0, 1.0], [0.2, 0.9], [0.1, 0.5]]), np.array([[0.0, 1.1], [0.3, 0.8]])
+    with pytest.raises(ParameterError, match="delta") as info:
+        wasserstein(a, b, solver="hera", delta=delta)
+    assert "0.01" in info.value.fix
+    assert wasserstein(a, b, solver="hera", delta=1e-3) == pytest.approx(wasserstein(a, b, solver="pot"), rel=1e-2)
+
+
+def test_hera_delta_zero_returns_at_once():
+    """Before the fix delta=0 spun for over 10 minutes: run it in a process that is killed after 60 s."""
+    code = (
+        "import numpy as np\n"
+        "from topotuner_lab._io.errors import ParameterError\n"
+        "from topotuner_lab.topology.distances import wasserstein\n"
+        "a, b = np.array([[0.0, 1.0], [0.2, 0.9], [0.1, 0.5]]), np.array([[0.0, 1.1], [0.3, 0.8]])\n"
+        "try:\n"
+        "    wasserstein(a, b, solver='hera', delta=0)\n"
+        "except ParameterError:\n"
+        "    print('refused')\n"
+    )
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("wasserstein(..., solver='hera', delta=0) still spins")
+    assert out.stdout.strip() == "refused", out.stderr
