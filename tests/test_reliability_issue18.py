@@ -78,3 +78,38 @@ def test_hera_delta_zero_returns_at_once():
     except subprocess.TimeoutExpired:
         pytest.fail("wasserstein(..., solver='hera', delta=0) still spins")
     assert out.stdout.strip() == "refused", out.stderr
+
+
+# ---------------------------------------------------------------- case 10: early stopping's arguments
+
+
+@pytest.mark.parametrize("min_epochs", [0, -1, 1.5, True, "2"])
+def test_early_stopping_refuses_min_epochs_below_one(min_epochs):
+    from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
+
+    with pytest.raises(ParameterError, match="min_epochs") as info:
+        TopologicalEarlyStopping(0.5, min_epochs=min_epochs)
+    assert "epoch 1 is the reference" in info.value.fix
+    assert TopologicalEarlyStopping(0.5, min_epochs=1).min_epochs == 1
+
+
+@pytest.mark.parametrize("pids", [[], "L0.q", [0, 1]], ids=["empty", "string", "numbers"])
+def test_early_stopping_refuses_malformed_pids(pids):
+    from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
+
+    with pytest.raises(ParameterError, match="projection ids"):
+        TopologicalEarlyStopping(0.5, pids=pids)
+
+
+def test_early_stopping_refuses_ids_the_model_lacks_at_train_begin(tiny_llama):
+    from transformers import TrainerControl, TrainerState
+
+    from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
+
+    callback = TopologicalEarlyStopping(0.5, pids=["L0.q", "L99.q", "L0.gate"])
+    with pytest.raises(ParameterError, match="does not have") as info:
+        callback.on_train_begin(None, TrainerState(), TrainerControl(), model=tiny_llama.model)
+    assert "L99.q" in info.value.problem and "L0.gate" in info.value.problem and "L0.q" not in info.value.problem
+    fine = TopologicalEarlyStopping(0.5, pids=["L0.q"])
+    fine.on_train_begin(None, TrainerState(), TrainerControl(), model=tiny_llama.model)
+    assert fine._previous is not None and set(fine._previous) == {"L0.q"}

@@ -18,6 +18,7 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
+from topotuner_lab._io.config import POSITIVE_INT
 from topotuner_lab._io.errors import ParameterError
 from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.columns import DEFAULT_METRIC
@@ -50,7 +51,7 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
     pids : projection ids to monitor (a card's trainable ids), or None for all.
     metric : drift column summed over the monitored matrices (default ``h0_w1``).
     settings : drift settings (default H0 only, W1, no bottleneck: cheap enough for every epoch).
-    min_epochs : never stop before this epoch.
+    min_epochs : never stop before this epoch (a whole number >= 1).
     observe_only : record ``stop_epoch`` but let training run its whole budget.
     """
 
@@ -70,7 +71,16 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
                 f"normalized drift starts at 1.0; use e.g. {DEFAULT_STOP_THRESHOLD}",
             )
         self.threshold = float(threshold)
-        self.pids = pids
+        if not POSITIVE_INT(min_epochs):
+            raise ParameterError(
+                f"min_epochs={min_epochs!r} is not a whole number >= 1",
+                f"give the first epoch the rule may stop at, e.g. {EARLIEST_STOP} (epoch 1 is the reference)",
+            )
+        if pids is not None and (isinstance(pids, str) or not pids or not all(isinstance(pid, str) for pid in pids)):
+            raise ParameterError(
+                f"pids={pids!r} is not a non-empty list of projection ids", "give ids like ['L0.q', 'L1.v'], or None"
+            )
+        self.pids = None if pids is None else list(pids)
         self.metric = metric
         if isinstance(settings, dict):
             settings = DriftSettings.from_key(settings)
@@ -102,8 +112,14 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
         }
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        """Copy the monitored matrices, which the first epoch's drift is measured from."""
+        """Copy the monitored matrices, which the first epoch's drift is measured from; refuse ids the model lacks."""
         self._previous = projection_matrices(model, self.pids)
+        missing = sorted(set(self.pids or ()) - set(self._previous))
+        if missing:
+            raise ParameterError(
+                f"early stopping monitors projection id(s) {missing[:5]} this model does not have",
+                f"monitor ids of this model (e.g. {sorted(self._previous)[:4]}), or use a card made for it",
+            )
 
     def on_epoch_end(self, args, state, control, model=None, **kwargs):
         """Record the drift since the previous epoch, raw and normalized by the first epoch's.
