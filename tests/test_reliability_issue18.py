@@ -113,3 +113,30 @@ def test_early_stopping_refuses_ids_the_model_lacks_at_train_begin(tiny_llama):
     fine = TopologicalEarlyStopping(0.5, pids=["L0.q"])
     fine.on_train_begin(None, TrainerState(), TrainerControl(), model=tiny_llama.model)
     assert fine._previous is not None and set(fine._previous) == {"L0.q"}
+
+
+# ---------------------------------------------------------------- case 9: LoRA initialization follows the seed
+
+
+def _lora_tensors(loaded, seed: int, history: int) -> dict:
+    import torch
+
+    from topotuner_lab.training.config import FinetuneConfig
+    from topotuner_lab.training.trainer import prepare_model
+
+    torch.manual_seed(history)  # whatever ran earlier in the process
+    torch.randn(history + 1)
+    np.random.seed(history)
+    model, info = prepare_model(loaded, FinetuneConfig(method="lora", lora_rank=4, seed=seed), None)
+    assert info["lora_rank"] == 4
+    return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+
+
+def test_lora_adapter_initialization_follows_the_seed_not_the_rng_history(tiny_llama):
+    import torch
+
+    first, again = _lora_tensors(tiny_llama, seed=3, history=1), _lora_tensors(tiny_llama, seed=3, history=2)
+    assert first and set(first) == set(again)
+    assert all(torch.equal(first[name], again[name]) for name in first)
+    other = _lora_tensors(tiny_llama, seed=4, history=1)
+    assert any(not torch.equal(first[name], other[name]) for name in first if "lora_A" in name)

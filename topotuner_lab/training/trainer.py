@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import DataCollatorForSeq2Seq, Trainer, TrainerCallback, TrainingArguments
+from transformers import DataCollatorForSeq2Seq, Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from topotuner_lab._io.errors import ParameterError
 from topotuner_lab.profiles.apply import apply_profile
@@ -44,7 +44,11 @@ def lora_rank_for(model: torch.nn.Module, n_params: int) -> int:
 def prepare_model(
     loaded: LoadedModel, cfg: FinetuneConfig, card: ProfileCard | None
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """A trainable copy of the model for the method, and what was set up."""
+    """A trainable copy of the model for the method, and what was set up.
+
+    LoRA adapters are initialized right after seeding with ``cfg.seed``, so a resumed comparison rebuilds them
+    bit-identically whatever ran earlier in the process.
+    """
     model = copy.deepcopy(loaded.model)
     info: dict[str, Any] = {}
     if cfg.method == "full":
@@ -63,6 +67,7 @@ def prepare_model(
         else:
             rank = int(cfg.lora_rank)
         names = sorted({p.param_name.rsplit(".", 2)[-2] for p in enumerate_projections(model)})
+        set_seed(cfg.seed)  # the adapter's initialization follows the run's seed, not what ran before in the process
         model = get_peft_model(
             model,
             LoraConfig(
