@@ -36,6 +36,7 @@ def _total_params(args: argparse.Namespace, pretrained: Any) -> int | None:
 
 def _cmd_profile(args: argparse.Namespace) -> None:
     from topotuner_lab.drift.noise import noise_check
+    from topotuner_lab.drift.signals import SIGNAL_STRATEGIES, with_signals
     from topotuner_lab.drift.tables import load_table
     from topotuner_lab.profiles.card import ModelIdentity
     from topotuner_lab.profiles.select import CardSettings, build_profile
@@ -52,6 +53,8 @@ def _cmd_profile(args: argparse.Namespace) -> None:
     identity = ModelIdentity.from_snapshot(pretrained, _total_params(args, pretrained))
     noise = [load_table(path) for path in args.noise_table or []]
     settings = config_from_args(CardSettings, args)
+    if settings.strategy in SIGNAL_STRATEGIES:  # the field's selectors rank the pretrained matrices' statistics
+        table = with_signals(table, pretrained)
     card = build_profile(table, identity, noise=noise, **settings.to_dict())
     if noise:
         print(noise_check(table, noise, card.metric).message, file=sys.stderr)

@@ -25,7 +25,15 @@ from topotuner_lab.weights.snapshot import Snapshot
 
 #: v2: ``normalization`` defaults to ``per-point`` (v1 cards without the field were ranked ``raw``)
 SCHEMA_VERSION = 2
-STRATEGIES: tuple[str, ...] = ("high-drift", "low-drift", "random", "magnitude")
+STRATEGIES: tuple[str, ...] = ("high-drift", "low-drift", "random", "magnitude", "snr", "alpha", "kappa")
+#: strategies that rank by a fixed column of the drift table (not the card's drift metric), and in which direction:
+#: the magnitude control; Spectrum's SNR, WeightWatcher's alpha (highest first), PEFT KappaTune's kappa (lowest first)
+FIXED_RANKINGS: dict[str, tuple[str, bool]] = {
+    "magnitude": ("rel_frobenius", True),
+    "snr": ("spectrum_snr", True),
+    "alpha": ("ww_alpha", True),
+    "kappa": ("kappa", False),
+}
 #: how a drift column is made comparable across matrices of different sizes before ranking:
 #: raw W; W per diagram point; W over the pretrained diagram's total persistence; z-score against noise drift
 NORMALIZATIONS: tuple[str, ...] = ("raw", "per-point", "relative", "noise-z")

@@ -32,6 +32,7 @@ from topotuner_lab._io.errors import ProfileError
 from topotuner_lab.drift import columns
 from topotuner_lab.profiles.card import (
     DEFAULT_NORMALIZATION,
+    FIXED_RANKINGS,
     NORMALIZATIONS,
     STRATEGIES,
     TEXT,
@@ -275,7 +276,9 @@ def build_profile(
     ----------
     table : drift table (``drift_table`` / ``load_table``), one row per projection id.
     identity : the pretrained model (``ModelIdentity.from_snapshot``); the table must be of this model.
-    strategy : ``high-drift``, ``low-drift``, or the controls ``random`` and ``magnitude``.
+    strategy : ``high-drift``, ``low-drift``, the controls ``random`` and ``magnitude``, or the field's selectors
+        ``snr`` (Spectrum), ``alpha`` (WeightWatcher), ``kappa`` (PEFT KappaTune), which rank by their columns
+        (:func:`topotuner_lab.drift.signals.with_signals` adds them to a table).
     metric : drift column to rank by (``magnitude`` always ranks by ``rel_frobenius``).
     count, fraction, per_kind : the budget, exactly one: a number of matrices, a fraction in (0, 1] of all model
         parameters (0.01 is 1%; the CLI's ``--budget`` takes percent), or a number of matrices per projection kind
@@ -284,16 +287,19 @@ def build_profile(
     normalization : one of ``NORMALIZATIONS`` (see :func:`normalized_scores`); ``noise`` tables for ``noise-z``.
     """
     CardSettings(prior_task, strategy, metric, normalization, count, fraction, per_kind, seed, stop_threshold)
-    rank_col = "rel_frobenius" if strategy == "magnitude" else metric
+    rank_col, descending = FIXED_RANKINGS.get(strategy, (metric, strategy != "low-drift"))
+    unranked = strategy == "random" or strategy in FIXED_RANKINGS  # scores that need no size normalization
     if rank_col not in columns.rankable(table):
         raise ProfileError(
             f"drift table has no measure column {rank_col!r}",
             "recompute the table with the magnitude baselines (without --no-magnitude)"
             if strategy == "magnitude"
+            else "add the selectors' columns: drift.signals.with_signals(table, pretrained) (the CLI does it)"
+            if strategy in FIXED_RANKINGS
             else f"rank by one of {columns.rankable(table)}",
         )
     check_table_fits(table, identity)
-    scores = normalized_scores(table, rank_col, "raw" if strategy in ("random", "magnitude") else normalization, noise)
+    scores = normalized_scores(table, rank_col, "raw" if unranked else normalization, noise)
     if not np.isfinite(scores.to_numpy()).all():
         raise ProfileError(
             f"drift column {rank_col!r} holds NaN or infinite values",
@@ -306,7 +312,7 @@ def build_profile(
         scores,
         params,
         identity.total_params,
-        descending=strategy != "low-drift",
+        descending=descending,
         count=count,
         fraction=fraction,
         per_kind=per_kind,
@@ -331,5 +337,5 @@ def build_profile(
         else {"per_kind": per_kind},
         stop_threshold=stop_threshold,
         seed=seed,
-        normalization="raw" if strategy in ("random", "magnitude") else normalization,
+        normalization="raw" if unranked else normalization,
     )
