@@ -140,3 +140,34 @@ def test_lora_adapter_initialization_follows_the_seed_not_the_rng_history(tiny_l
     assert all(torch.equal(first[name], again[name]) for name in first)
     other = _lora_tensors(tiny_llama, seed=4, history=1)
     assert any(not torch.equal(first[name], other[name]) for name in first if "lora_A" in name)
+
+
+# ---------------------------------------------------------------- case 10: LoRA rank above what the model allows
+
+
+def run_cli(capsys, *argv) -> tuple[int, str]:
+    from topotuner_lab.cli import main
+
+    code = main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err, err
+    return code, err
+
+
+@pytest.mark.parametrize("rank", [100000, 33])
+def test_lora_rank_above_the_smallest_projection_is_refused(capsys, tmp_path, monkeypatch, rank):
+    import topotuner_lab.training.finetune as finetune
+
+    monkeypatch.setattr(finetune, "load_run_data", lambda cfg: pytest.fail("data read before the rank was checked"))
+    argv = ["finetune", "--model", "tiny-llama", "--method", "lora", "--lora-rank", rank, "-o", tmp_path / "run"]
+    code, err = run_cli(capsys, *argv)
+    assert code == 2 and f"lora_rank={rank} exceeds the largest useful rank 32" in err and "L0.k is 32x64" in err
+    assert "--lora-rank 32 or less" in err and len(err.strip().splitlines()) == 2
+
+
+def test_lora_rank_at_the_limit_builds(tiny_llama):
+    from topotuner_lab.training.config import FinetuneConfig
+    from topotuner_lab.training.trainer import prepare_model
+
+    _, info = prepare_model(tiny_llama, FinetuneConfig(method="lora", lora_rank=32), None)
+    assert info["lora_rank"] == 32

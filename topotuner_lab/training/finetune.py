@@ -27,7 +27,7 @@ from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
 from topotuner_lab.training.evaluation import accuracy, classification_correct, gsm8k_correct, perplexity
 from topotuner_lab.training.memory import PeakMemory
 from topotuner_lab.training.results import RunResults, collect_results
-from topotuner_lab.training.trainer import build_trainer, last_checkpoint, prepare_model
+from topotuner_lab.training.trainer import build_trainer, last_checkpoint, prepare_model, resolve_lora_rank
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import LoadedModel
 from topotuner_lab.weights.snapshot import save_snapshot
@@ -125,6 +125,8 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     card = ProfileCard.load(cfg.profile) if cfg.profile else None
+    if cfg.method == "lora":  # refuse an impossible rank before any data is read or scored
+        resolve_lora_rank(loaded.model, cfg, card)
     wall_start = time.perf_counter()
     data = load_run_data(cfg)
     score, score_ood = _scorer(cfg.task, tokenizer, cfg.max_length), _scorer(data.ood_task, tokenizer, cfg.max_length)

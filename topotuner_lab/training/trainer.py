@@ -41,6 +41,33 @@ def lora_rank_for(model: torch.nn.Module, n_params: int) -> int:
     return max(1, round(n_params / per_rank))
 
 
+def max_lora_rank(model: torch.nn.Module) -> tuple[int, str]:
+    """The largest useful LoRA rank on the model's projections: min(rows, cols) of the smallest, and that matrix.
+
+    A rank above it adds parameters that cannot add to what the update can express (the update is at most that rank).
+    """
+    shapes = [(tuple(p.matrix(model).shape), p.pid) for p in enumerate_projections(model)]
+    rank, pid, shape = min((min(shape), pid, shape) for shape, pid in shapes)
+    return rank, f"{pid} is {shape[0]}x{shape[1]}"
+
+
+def resolve_lora_rank(model: torch.nn.Module, cfg: FinetuneConfig, card: ProfileCard | None) -> int:
+    """The LoRA rank of ``cfg`` on ``model`` (``"match"``: matched to the card), refused above the useful most."""
+    if cfg.lora_rank == "match":
+        assert card is not None, "FinetuneConfig.check: lora_rank='match' needs a card"
+        rank = lora_rank_for(model, card.trainable_params)
+    else:
+        rank = int(cfg.lora_rank)
+    most, smallest = max_lora_rank(model)
+    if rank > most:
+        asked = f"lora_rank={rank}" + (f" (matched to card {cfg.profile})" if cfg.lora_rank == "match" else "")
+        raise ParameterError(
+            f"{asked} exceeds the largest useful rank {most} of this model's attention projections ({smallest})",
+            f"use --lora-rank {most} or less",
+        )
+    return rank
+
+
 def prepare_model(
     loaded: LoadedModel, cfg: FinetuneConfig, card: ProfileCard | None
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
@@ -61,11 +88,7 @@ def prepare_model(
     else:
         from peft import LoraConfig, get_peft_model
 
-        if cfg.lora_rank == "match":
-            assert card is not None, "FinetuneConfig.check: lora_rank='match' needs a card"
-            rank = lora_rank_for(model, card.trainable_params)
-        else:
-            rank = int(cfg.lora_rank)
+        rank = resolve_lora_rank(model, cfg, card)
         names = sorted({p.param_name.rsplit(".", 2)[-2] for p in enumerate_projections(model)})
         set_seed(cfg.seed)  # the adapter's initialization follows the run's seed, not what ran before in the process
         model = get_peft_model(
