@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -171,3 +172,39 @@ def test_lora_rank_at_the_limit_builds(tiny_llama):
 
     _, info = prepare_model(tiny_llama, FinetuneConfig(method="lora", lora_rank=32), None)
     assert info["lora_rank"] == 32
+
+
+# ---------------------------------------------------------------- case 10: --n-test beyond what the split holds
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+QUICK = ["--epochs", "1", "--n-train", "4", "--n-ood", "4", "--n-ppl", "2", "--batch-size", "4", "--max-length", "32"]
+
+
+@pytest.fixture
+def data_folder(tmp_path) -> Path:
+    """A data folder laid out like shared/data with a few rows per split (the SST-2 test split holds 5)."""
+    folder = tmp_path / "data"
+    for rel, rows in (("sst2/train.tsv", 13), ("sst2/test.tsv", 6), ("agnews/test.tsv", 8), ("gsm8k/test.jsonl", 4)):
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        lines = (SHARED_DATA / rel).read_text(encoding="utf-8").splitlines(keepends=True)[:rows]
+        (folder / rel).write_text("".join(lines), encoding="utf-8")
+    return folder
+
+
+@pytest.mark.slow
+def test_n_test_beyond_the_split_records_the_rows_used(capsys, tmp_path, data_folder, tiny_llama):
+    from topotuner_lab.study.workspace import finetune_once
+    from topotuner_lab.training.config import FinetuneConfig
+    from topotuner_lab.training.results import load_results
+
+    run = tmp_path / "run"
+    argv = ["finetune", "--model", "tiny-llama", "--n-test", "100000", "--data-source", data_folder, "-o", run, *QUICK]
+    code, err = run_cli(capsys, *argv)
+    assert code == 0 and "warning: the data holds fewer examples than asked (n_test 100000 -> 5)" in err
+    results = load_results(run / "results.json")
+    assert results["config"]["n_test"] == 5 == len(results["test_correct"])
+    assert results["requested_counts"] == {"n_test": 100000} and results["config"]["n_train"] == 4
+    asked = FinetuneConfig.from_dict({**results["config"], "n_test": 100000})
+    logged: list[str] = []
+    assert finetune_once(tiny_llama, asked, logged.append)["test_correct"] == results["test_correct"]
+    assert logged == [f"skip (done): {run / 'results.json'}"]  # the same request is the same run: reused

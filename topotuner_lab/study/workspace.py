@@ -141,8 +141,10 @@ def snapshot_once(loaded: LoadedModel, path: Path) -> Snapshot:
 
 
 def _same_config(done: RunResults, cfg: FinetuneConfig) -> bool:
+    """Whether ``done`` ran ``cfg``: its recorded config, with the counts asked for where the data held fewer."""
     ignore = ("output_dir", "keep_checkpoints")
-    recorded = {k: v for k, v in (done.get("config") or {}).items() if k not in ignore}
+    asked = {**(done.get("config") or {}), **(done.get("requested_counts") or {})}
+    recorded = {k: v for k, v in asked.items() if k not in ignore}
     return recorded == {k: v for k, v in asdict(cfg).items() if k not in ignore}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import time
+import warnings
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -22,7 +23,7 @@ from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.tasks.specs import get_task
 from topotuner_lab.training.callbacks import EpochClock, EpochEvaluation
 from topotuner_lab.training.config import FinetuneConfig
-from topotuner_lab.training.data import RunData, load_run_data
+from topotuner_lab.training.data import RunData, capped_counts, load_run_data, used_counts
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
 from topotuner_lab.training.evaluation import accuracy, classification_correct, gsm8k_correct, perplexity
 from topotuner_lab.training.memory import PeakMemory
@@ -129,6 +130,15 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
         resolve_lora_rank(loaded.model, cfg, card)
     wall_start = time.perf_counter()
     data = load_run_data(cfg)
+    asked, cfg = cfg, used_counts(cfg, data)  # the config recorded is what ran: never more rows than were used
+    capped = capped_counts(asked, cfg)
+    if capped:
+        shortfall = ", ".join(f"{name} {count} -> {getattr(cfg, name)}" for name, count in capped.items())
+        warnings.warn(
+            f"the data holds fewer examples than asked ({shortfall}): every row there is used, and the results "
+            "record the counts used (asked: requested_counts)",
+            stacklevel=2,
+        )
     score, score_ood = _scorer(cfg.task, tokenizer, cfg.max_length), _scorer(data.ood_task, tokenizer, cfg.max_length)
     before = _pretrained_scores(loaded, cfg, data, score_ood)
     model, info = prepare_model(loaded, cfg, card)
@@ -139,6 +149,7 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
         trainer.train(resume_from_checkpoint=resume)
     results = collect_results(trainer, cfg, loaded, data, score, score_ood, before)
     results.update(info)  # type: ignore[typeddict-item]
+    results["requested_counts"] = capped
     results["resumed_from"] = resume
     results["stop_threshold"] = threshold
     results["transferred_to"] = (

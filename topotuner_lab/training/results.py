@@ -54,6 +54,7 @@ class RunResults(TypedDict, total=False):
     trainable_param_names: list[str]
     profile: dict[str, Any]
     lora_rank: int
+    requested_counts: dict[str, int]
     resumed_from: str | None
     stop_threshold: float | None
     peak_rss_mib: float
