@@ -67,6 +67,7 @@ _EXPORTS: dict[str, str] = {
     "TopologicalEarlyStopping": ".training.early_stopping",
     "FinetuneConfig": ".training.finetune",
     "run_finetune": ".training.finetune",
+    "transfer_check": ".training.transfer",
     "TopoTunerError": "._io.errors",
     "InputFileError": "._io.errors",
     "ModelLoadError": "._io.errors",
@@ -112,6 +113,7 @@ __all__ = [
     "save_snapshot",
     "save_table",
     "stream_snapshot",
+    "transfer_check",
     "wasserstein",
 ]
 __getattr__, _dir = lazy_exports(__name__, _EXPORTS)
@@ -147,6 +149,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names above loa
     from topotuner_lab.training.config import FinetuneConfig
     from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
     from topotuner_lab.training.finetune import run_finetune
+    from topotuner_lab.training.transfer import transfer_check
     from topotuner_lab.weights.extract import extract_snapshot
     from topotuner_lab.weights.models import load_model
     from topotuner_lab.weights.snapshot import Snapshot, load_snapshot, perturb_snapshot, save_snapshot

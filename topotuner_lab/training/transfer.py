@@ -1,0 +1,174 @@
+"""The transfer check before training: whether two tasks' gradient fields are close at the pretrained weights.
+
+The paper's transfer argument: a card built on a prior task transfers to a target task when the two tasks' gradients
+near the pretrained weights point alike. On a few hundred rows of each task this computes every attention matrix's
+gradient of the completion-only loss, the cosine between the two tasks' gradients per matrix, and how well the card's
+picks agree with the target's own gradient ranking (its matrices by gradient norm per parameter, the "gradient
+magnitude" selector). It trains nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy.stats import spearmanr
+from transformers import DataCollatorForSeq2Seq
+
+from topotuner_lab._io.config import NON_NEGATIVE_INT, POSITIVE_INT, Config, opt
+from topotuner_lab.profiles.card import ProfileCard
+from topotuner_lab.tasks.specs import get_task, load_task
+from topotuner_lab.training.trainer import tokenize_for_training
+from topotuner_lab.weights.models import LoadedModel
+from topotuner_lab.weights.projections import enumerate_projections
+
+#: median cosine over the card's matrices above which the gradient fields read as close (a heuristic, not a test)
+CLOSE = 0.5
+
+
+@dataclass(frozen=True)
+class TransferCheckSettings(Config):
+    """How many rows of each task, of what length, in what batches; which rows (seed)."""
+
+    label = "transfer check"
+
+    n_rows: int = opt(128, "rows of each task (the prior's and the target's training split)", check=POSITIVE_INT)
+    max_length: int = opt(64, "tokens per example", check=POSITIVE_INT)
+    batch_size: int = opt(8, "rows per forward/backward pass", check=POSITIVE_INT)
+    seed: int = opt(0, "which rows are drawn", check=NON_NEGATIVE_INT)
+
+
+@dataclass(frozen=True)
+class TransferCheck:
+    """Per-matrix gradient agreement of two tasks, and the card's agreement with the target's gradient ranking.
+
+    ``table`` has one row per projection: ``cosine`` (prior vs target gradient), ``grad_prior`` and ``grad_target``
+    (gradient norm per parameter, the RMS entry), ``in_card``. ``rank_agreement`` is the Spearman correlation of
+    the card's pick order with the target's gradient ranking; ``overlap`` the share of the card's picks among the
+    target's top matrices of the same count.
+    """
+
+    card_prior: str
+    target: str
+    table: pd.DataFrame
+    median_cosine_card: float
+    median_cosine_all: float
+    rank_agreement: float
+    overlap: float
+
+    @property
+    def close(self) -> bool:
+        """Whether the gradient fields read as close over the card's matrices (median cosine above ``CLOSE``)."""
+        return self.median_cosine_card > CLOSE
+
+    @property
+    def verdict(self) -> str:
+        """A short verdict with the numbers."""
+        head = "likely transfers" if self.close else "may not transfer"
+        return (
+            f"{self.card_prior} -> {self.target}: {head} (median gradient cosine {self.median_cosine_card:.2f} over "
+            f"the card's matrices, {self.median_cosine_all:.2f} over all; the card's picks rank "
+            f"{self.rank_agreement:+.2f} against the target's own gradient ranking, {100 * self.overlap:.0f}% of them "
+            "among its top matrices)"
+        )
+
+
+def projection_gradients(
+    loaded: LoadedModel, task: str, settings: TransferCheckSettings, data_source: str | None = None
+) -> dict[str, np.ndarray]:
+    """The mean completion-only loss gradient of every attention matrix over ``settings.n_rows`` rows of ``task``."""
+    get_task(task)
+    model = copy.deepcopy(loaded.model)
+    model.train(False)
+    projections = enumerate_projections(model)
+    names = {p.param_name for p in projections}
+    for name, param in model.named_parameters():
+        param.requires_grad_(name in names)
+    tokenizer = loaded.tokenizer
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    rows = tokenize_for_training(
+        tokenizer, load_task(task, "train", settings.n_rows, settings.seed, data_source), settings.max_length
+    )
+    collate = DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100)
+    batches = range(0, len(rows), settings.batch_size)
+    for start in batches:
+        batch = collate([rows[i] for i in range(start, min(start + settings.batch_size, len(rows)))])
+        loss = model(**batch).loss * (min(settings.batch_size, len(rows) - start) / len(rows))
+        loss.backward()
+    gradients = {}
+    with torch.no_grad():
+        for p in projections:
+            grad = model.get_parameter(p.param_name).grad
+            assert grad is not None  # every projection is in the loss's graph
+            gradients[p.pid] = p.from_weight(grad).float().cpu().numpy().copy()
+    return gradients
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    denominator = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(np.vdot(a, b) / denominator) if denominator > 0 else float("nan")
+
+
+def compare_gradients(
+    card: ProfileCard, prior: dict[str, np.ndarray], target: dict[str, np.ndarray], target_task: str
+) -> TransferCheck:
+    """The per-matrix agreement of two tasks' gradients and the card's agreement with the target's ranking."""
+    pids = list(prior)
+    table = pd.DataFrame(
+        {
+            "pid": pids,
+            "cosine": [_cosine(prior[p], target[p]) for p in pids],
+            "grad_prior": [float(np.sqrt(np.mean(prior[p] ** 2))) for p in pids],
+            "grad_target": [float(np.sqrt(np.mean(target[p] ** 2))) for p in pids],
+            "in_card": [p in card.trainable for p in pids],
+        }
+    )
+    by_target = table.sort_values("grad_target", ascending=False, kind="stable")["pid"].tolist()
+    card_order = {r["pid"]: i for i, r in enumerate(card.ranking)}
+    common = [p for p in by_target if p in card_order]
+    agreement = spearmanr([card_order[p] for p in common], range(len(common))).statistic if len(common) > 2 else np.nan
+    top = set(by_target[: len(card.trainable)])
+    return TransferCheck(
+        card.prior_task,
+        target_task,
+        table,
+        float(table.loc[table["in_card"], "cosine"].median()),
+        float(table["cosine"].median()),
+        float(agreement),
+        len(top & set(card.trainable)) / len(card.trainable),
+    )
+
+
+def transfer_check(
+    loaded: LoadedModel,
+    card: ProfileCard,
+    target_task: str,
+    settings: TransferCheckSettings | None = None,
+    *,
+    data_source: str | None = None,
+) -> TransferCheck:
+    """Check before training whether ``card`` (built on its prior task) suits ``target_task`` on ``loaded``.
+
+    Parameters
+    ----------
+    loaded : the pretrained model the card was built for (not changed: gradients are taken on a copy).
+    card : the profile card; its ``prior_task`` names the prior.
+    target_task : the task the card would be transferred to.
+    settings : rows per task, length, batch size and row seed (:class:`TransferCheckSettings`).
+
+    Returns
+    -------
+    :class:`TransferCheck`: per-matrix gradient cosines and norms, the medians over the card's matrices and over all,
+    the card's rank agreement and overlap with the target's gradient ranking, and a one-line ``verdict``.
+    """
+    from topotuner_lab.profiles.apply import check_card_fits
+
+    settings = settings or TransferCheckSettings()
+    check_card_fits(card, loaded.model)
+    prior = projection_gradients(loaded, card.prior_task, settings, data_source)
+    target = projection_gradients(loaded, target_task, settings, data_source)
+    return compare_gradients(card, prior, target, target_task)
