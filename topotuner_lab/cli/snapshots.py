@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -16,25 +17,25 @@ SNAPSHOT_SUFFIX = (".safetensors",)
 def _cmd_extract(args: argparse.Namespace) -> None:
     from topotuner_lab.weights.extract import extract_snapshot
     from topotuner_lab.weights.models import load_model
-    from topotuner_lab.weights.snapshot import load_snapshot, save_snapshot
-    from topotuner_lab.weights.streaming import is_streamable, stream_snapshot
+    from topotuner_lab.weights.snapshot import save_snapshot, snapshot_metadata
+    from topotuner_lab.weights.streaming import is_adapter, is_streamable, stream_snapshot
 
     check_writable(args.output, "output snapshot", suffixes=SNAPSHOT_SUFFIX)
     refuse_overwrite(
         {"model": args.model if args.model and Path(args.model).exists() else None, "base checkpoint": args.base},
         {"output snapshot": args.output},
     )
-    if args.base is not None or (args.model is not None and is_streamable(args.model)):
+    if args.base is not None or (args.model is not None and (is_streamable(args.model) or is_adapter(args.model))):
         if args.model is None:
             raise ParameterError(
                 "--base needs the fine-tuned checkpoint, adapter or profile-run folder as MODEL",
                 "topotuner-lab extract RUN_FOLDER --base PRETRAINED_FOLDER -o FILE",
             )
         print(f"streaming the attention tensors of {args.model} (no model is loaded) ...", file=sys.stderr)
-        snap = load_snapshot(stream_snapshot(args.model, args.output, base=args.base, base_model=args.base_model))
-        print(
-            f"wrote {args.output}: {len(snap.matrices)} projections of {snap.model} (weights {snap.weights_hash[:12]})"
-        )
+        # verified before it was renamed into place; its header says what it holds (no page of it is read again)
+        meta = snapshot_metadata(stream_snapshot(args.model, args.output, base=args.base, base_model=args.base_model))
+        count = len(json.loads(meta["shapes"]))
+        print(f"wrote {args.output}: {count} projections of {meta['model']} (weights {meta['weights_hash'][:12]})")
         return
     print(f"loading {args.model or 'the embedded default model'} ...", file=sys.stderr)
     snap = extract_snapshot(load_model(args.model), base_model=args.base_model)
@@ -71,8 +72,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     ext.add_argument(
         "--base",
         default=None,
-        help="pretrained checkpoint folder, when MODEL is a LoRA adapter or a profile run's checkpoint "
-        "(its tensors are merged on the fly, streamed)",
+        help="pretrained checkpoint folder, when MODEL is a LoRA adapter, a profile run's checkpoint or a finished "
+        "profile run (its tensors are merged on the fly, streamed; a finished run's after.safetensors is used)",
     )
     ext.set_defaults(func=_cmd_extract)
 

@@ -110,8 +110,12 @@ def enumerate_projections(model: torch.nn.Module) -> list[Projection]:
     return projections_in(((name, tuple(p.shape)) for name, p in model.named_parameters()), model_type(model))
 
 
-def projections_in(named_shapes: Iterable[tuple[str, tuple[int, ...]]], mtype: str) -> list[Projection]:
-    """The attention projections among parameter (or checkpoint tensor) names and shapes of a ``mtype`` model."""
+#: a prefix naming one of these belongs to another modality's tower (a multimodal checkpoint), never the language model
+_OTHER_TOWERS = re.compile(r"vision|visual|image|audio|speech")
+_LANGUAGE_MODEL = re.compile(r"(?:^|\.)(?:language_model|text_model)(?:\.|$)")
+
+
+def _pattern(mtype: str) -> tuple[re.Pattern[str], dict[str, str]]:
     if mtype not in ARCHITECTURES:
         raise UnsupportedArchitectureError(
             f"architecture {mtype!r} is not supported for attention-projection enumeration",
@@ -119,17 +123,55 @@ def projections_in(named_shapes: Iterable[tuple[str, tuple[int, ...]]], mtype: s
             "or add a pattern for it to topotuner_lab.weights.projections.ARCHITECTURES",
         )
     pattern, kinds = ARCHITECTURES[mtype]
-    regex = re.compile(pattern)
-    found: list[Projection] = []
-    for name, shape in named_shapes:
+    return re.compile(pattern), kinds
+
+
+def language_model_matches(names: Iterable[str], mtype: str) -> dict[str, tuple[int, str]]:
+    """``name -> (layer, stored kind)`` for the parameter names that are attention projections of the language model.
+
+    A multimodal checkpoint also has a vision (or audio) tower whose layers match the same pattern; those are left
+    out. Two language-model candidates (neither named ``language_model`` nor ``text_model``) are refused, as are two
+    names for one projection.
+    """
+    regex, kinds = _pattern(mtype)
+    groups: dict[str, dict[str, tuple[int, str]]] = {}
+    for name in names:
         match = regex.search(name)
-        if not match:
-            continue
-        layer = int(match.group(1))
-        raw = next(g for g in match.groups()[1:] if g)
-        kind = kinds[raw]
+        if match:
+            raw = next(g for g in match.groups()[1:] if g)
+            groups.setdefault(name[: match.start()], {})[name] = (int(match.group(1)), kinds[raw])
+    candidates = [prefix for prefix in groups if not _OTHER_TOWERS.search(prefix)]
+    if len(candidates) > 1:
+        named = [prefix for prefix in candidates if _LANGUAGE_MODEL.search(prefix)]
+        if len(named) != 1:
+            raise UnsupportedArchitectureError(
+                f"attention layers under several prefixes ({', '.join(sorted(candidates))}) and not one of them is "
+                "clearly the language model",
+                "extract a checkpoint of the language model alone (its layers under one prefix)",
+            )
+        candidates = named
+    chosen = groups[candidates[0]] if candidates else {}
+    seen: dict[tuple[int, str], str] = {}
+    for name, key in chosen.items():
+        if key in seen:
+            raise UnsupportedArchitectureError(
+                f"two tensors are the same attention projection (layer {key[0]}, {key[1]}): {seen[key]} and {name}",
+                "extract a checkpoint with one tensor per projection (one language model, one copy of each weight)",
+            )
+        seen[key] = name
+    return chosen
+
+
+def projections_in(named_shapes: Iterable[tuple[str, tuple[int, ...]]], mtype: str) -> list[Projection]:
+    """The attention projections among parameter (or checkpoint tensor) names and shapes of a ``mtype`` model.
+
+    Only the language model's layers count: a multimodal model's vision tower is left out.
+    """
+    shapes = dict(named_shapes)
+    found: list[Projection] = []
+    for name, (layer, kind) in language_model_matches(shapes, mtype).items():
         if kind == "qkv":  # GPT-2: Conv1D weight (in, 3*out), q/k/v stacked along out
-            width = shape[1] // 3
+            width = shapes[name][-1] // 3
             for i, sub in enumerate("qkv"):
                 found.append(Projection(f"L{layer}.{sub}", layer, sub, name, True, i * width, (i + 1) * width))
         else:
@@ -141,6 +183,28 @@ def projections_in(named_shapes: Iterable[tuple[str, tuple[int, ...]]], mtype: s
         )
     found.sort(key=lambda p: (p.layer, KINDS.index(p.kind)))
     return found
+
+
+def expected_shape(config: dict[str, Any], mtype: str, kind: str) -> tuple[int, int] | None:
+    """The (out x in) shape a ``kind`` projection has under a model config (``config.json``); None if it cannot tell.
+
+    A multimodal config's ``text_config`` describes the language model.
+    """
+    text = config.get("text_config")
+    cfg = text if isinstance(text, dict) else config
+    ints = {k: v for k, v in cfg.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+    if mtype == "gpt2":
+        return (ints["n_embd"], ints["n_embd"]) if "n_embd" in ints else None
+    hidden, heads = ints.get("hidden_size"), ints.get("num_attention_heads")
+    if hidden is None or heads is None:
+        return None
+    if not is_llama_like(mtype):  # BERT-like: square
+        return (hidden, hidden)
+    head_dim = ints.get("head_dim", hidden // heads)
+    kv = ints.get("num_key_value_heads", heads)
+    return {"q": (heads * head_dim, hidden), "k": (kv * head_dim, hidden), "v": (kv * head_dim, hidden)}.get(
+        kind, (hidden, heads * head_dim)
+    )
 
 
 PID_PATTERN = re.compile(r"L(\d+)\.([qkvo])")

@@ -1,13 +1,17 @@
 """Streaming extraction: a snapshot straight from safetensors checkpoints, one tensor at a time.
 
 No model is instantiated: the checkpoint's index (``model.safetensors.index.json``) or single file says
-where each attention tensor lives; each one is read on its own (bf16, fp16 or fp32), converted to float32,
-written into the snapshot file and dropped. Peak memory is about one matrix plus the reader, whatever the
-model size (an 8B model's float32 attention matrices alone are ~5 GB). The snapshot file is written with a
-reserved header that is filled in at the end (weight and metadata hashes), then renamed into place.
+where each attention tensor lives (:mod:`topotuner_lab.weights.checkpoint` checks the index against the shards,
+the dtypes and each projection's shape against ``config.json``); each one is read on its own (bf16, fp16, fp32, or
+FP8 dequantized), converted to float32, written into the snapshot file and dropped. Peak memory is about one matrix
+plus the reader, whatever the model size or layer count (an 8B model's float32 attention matrices alone are ~5 GB).
+The snapshot file is written with a reserved header that is filled in at the end (weight and metadata hashes); every
+matrix is checked against the header before it is written, and the finished file is verified (read back in chunks)
+before it is renamed into place, so a bad input never replaces a good snapshot.
 
-The fine-tuned side can be a full checkpoint folder, a profile run's checkpoint (only the trainable tensors,
-the rest read from the base), or a LoRA adapter folder, merged on the fly (W + scale * B A).
+The fine-tuned side can be a full checkpoint folder, a profile run's checkpoint (only the trainable tensors, the rest
+read from the base), a finished profile run (its ``after.safetensors``), or a LoRA adapter folder, merged on the fly
+by peft's own layers (:mod:`topotuner_lab.weights.adapters`).
 """
 
 from __future__ import annotations
@@ -15,8 +19,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -24,106 +27,62 @@ from typing import Any
 import numpy as np
 
 from topotuner_lab._io.atomic import atomic_path
-from topotuner_lab._io.errors import InputFileError, ModelLoadError
-from topotuner_lab.weights.projections import Projection, projections_in
-from topotuner_lab.weights.snapshot import FORMAT, combine_hashes, matrix_hash, metadata_hash
+from topotuner_lab._io.errors import InputFileError, ModelLoadError, ParameterError, SnapshotMismatchError
+from topotuner_lab.weights.adapters import LoraAdapter, is_adapter, needs_base_error
+from topotuner_lab.weights.checkpoint import INDEX, SINGLE, Checkpoint
+from topotuner_lab.weights.projections import Projection, expected_shape, projections_in
+from topotuner_lab.weights.snapshot import (
+    FORMAT,
+    LEGACY_FORMATS,
+    combine_hashes,
+    load_snapshot,
+    matrix_hash,
+    metadata_hash,
+    snapshot_metadata,
+)
 
-INDEX = "model.safetensors.index.json"
-SINGLE = "model.safetensors"
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
+RUN_SNAPSHOT = "after.safetensors"  # what a finished profile run keeps (with --save-snapshot)
 _HASH_PLACEHOLDER = "0" * 32  # blake2b-128 hex digests have this length
+_RESAVE = "re-save the model with save_pretrained (or re-download the checkpoint)"
+Matrices = Iterator[tuple[str, np.ndarray]]
 
 
-@dataclass
-class Checkpoint:
-    """Where each tensor of a safetensors checkpoint lives, and its shape (read from the headers only)."""
-
-    folder: Path
-    files: dict[str, Path]  # tensor name -> shard
-    shapes: dict[str, tuple[int, ...]]
-    config: dict[str, Any]
-
-    @classmethod
-    def open(cls, source: str | os.PathLike[str]) -> Checkpoint:
-        """A checkpoint folder (``config.json`` + safetensors, sharded or not), indexed from its headers."""
-        folder = Path(source)
-        if not folder.is_dir() or not (folder / "config.json").is_file():
-            raise ModelLoadError(
-                f"{folder} is not a checkpoint folder with config.json", "point at a folder written by save_pretrained"
+def _plan(checkpoint: Checkpoint) -> tuple[list[Projection], dict[str, tuple[int, int]]]:
+    """The checkpoint's attention projections and each one's (out x in) shape, checked against its config."""
+    projections = projections_in(checkpoint.shapes.items(), checkpoint.model_type)
+    shapes: dict[str, tuple[int, int]] = {}
+    for proj in projections:
+        stored = checkpoint.shapes[proj.param_name]
+        if len(stored) != 2 or 0 in stored:
+            raise InputFileError(
+                f"{proj.param_name} in {checkpoint.folder} has shape {stored}: an attention projection is a non-empty "
+                "matrix",
+                _RESAVE,
             )
-        if (folder / INDEX).is_file():
-            weight_map = json.loads((folder / INDEX).read_text())["weight_map"]
-            shards = sorted(set(weight_map.values()))
-        elif (folder / SINGLE).is_file():
-            shards = [SINGLE]
-        else:
-            raise ModelLoadError(
-                f"{folder} holds no {SINGLE} and no {INDEX}",
-                "save the model with safetensors (save_pretrained's default)",
+        checkpoint.check_weight(proj.param_name)
+        rows, cols = proj.from_weight(np.empty(stored, dtype=np.bool_)).shape
+        expected = expected_shape(checkpoint.config, checkpoint.model_type, proj.kind)
+        if (expected is not None and (rows, cols) != expected) or rows == 0:
+            raise InputFileError(
+                f"{proj.param_name} in {checkpoint.folder} gives a {proj.kind} matrix of shape {(rows, cols)}, but its "
+                f"config.json says {expected}: the weights do not belong to this config",
+                _RESAVE,
             )
-        files, shapes = _scan([folder / shard for shard in shards])
-        return cls(folder, files, shapes, json.loads((folder / "config.json").read_text()))
-
-    @property
-    def model_type(self) -> str:
-        """The config's ``model_type`` (``"unknown"`` when absent)."""
-        return str(self.config.get("model_type", "unknown"))
-
-    @property
-    def total_params(self) -> int:
-        """Parameters of all the checkpoint's tensors."""
-        return int(sum(np.prod(s) for s in self.shapes.values()))
-
-    def read(self, name: str) -> np.ndarray:
-        """One tensor as float32 (bf16/fp16 converted); the shard is opened for this read only (pages released)."""
-        from safetensors import safe_open
-
-        with safe_open(str(self.files[name]), framework="pt") as handle:
-            return handle.get_tensor(name).float().numpy()
+        shapes[proj.pid] = (int(rows), int(cols))
+    return projections, shapes
 
 
-def _attention(checkpoint: Checkpoint) -> list[Projection]:
-    return projections_in(checkpoint.shapes.items(), checkpoint.model_type)
+def _matrices(projections: list[Projection], read: Callable[[str], np.ndarray]) -> Matrices:
+    """Each projection as a float32 matrix; a fused weight (GPT-2's ``c_attn``) is read once for its q, k and v."""
+    last: tuple[str, np.ndarray] | None = None
+    for proj in projections:
+        if last is None or last[0] != proj.param_name:
+            last = None  # drop the previous weight before reading the next
+            last = (proj.param_name, read(proj.param_name))
+        yield proj.pid, np.ascontiguousarray(proj.from_weight(last[1]), dtype=np.float32)
 
 
-def _lora_delta(adapter: Path, proj: Projection, cache: dict[str, Any]) -> np.ndarray | None:
-    """The LoRA delta scale * B @ A for this projection's parameter, or None if the adapter does not touch it."""
-    from safetensors import safe_open
-
-    if "config" not in cache:
-        cache["config"] = json.loads((adapter / ADAPTER_CONFIG).read_text())
-        with safe_open(str(adapter / ADAPTER_WEIGHTS), framework="pt") as handle:
-            cache["names"] = list(handle.keys())
-    cfg = cache["config"]
-    stem = proj.param_name.removesuffix(".weight")
-    a_name = next((n for n in cache["names"] if n.endswith(f"{stem}.lora_A.weight")), None)
-    b_name = next((n for n in cache["names"] if n.endswith(f"{stem}.lora_B.weight")), None)
-    if a_name is None or b_name is None:
-        return None
-    with safe_open(str(adapter / ADAPTER_WEIGHTS), framework="pt") as handle:
-        lora_a, lora_b = handle.get_tensor(a_name).float().numpy(), handle.get_tensor(b_name).float().numpy()
-    rank = lora_a.shape[0]
-    scale = cfg.get("lora_alpha", rank) / (np.sqrt(rank) if cfg.get("use_rslora") else rank)
-    delta = (lora_b @ lora_a) * np.float32(scale)
-    return delta.T if cfg.get("fan_in_fan_out") else delta
-
-
-def _matrices(
-    base: Checkpoint, overlay: Checkpoint | None, adapter: Path | None
-) -> Iterator[tuple[Projection, np.ndarray]]:
-    cache: dict[str, Any] = {}
-    for proj in _attention(base):
-        source = overlay if overlay is not None and proj.param_name in overlay.files else base
-        weight = source.read(proj.param_name)
-        if adapter is not None:
-            delta = _lora_delta(adapter, proj, cache)
-            if delta is not None:
-                weight = weight + delta
-        yield proj, np.ascontiguousarray(proj.from_weight(weight), dtype=np.float32)
-
-
-def _header(shapes: dict[str, tuple[int, ...]], meta: dict[str, str], reserve: int = 0) -> bytes:
+def _header(shapes: dict[str, tuple[int, int]], meta: dict[str, str], reserve: int = 0) -> bytes:
     entries: dict[str, Any] = {"__metadata__": meta}
     offset = 0
     for pid, (rows, cols) in shapes.items():
@@ -134,6 +93,110 @@ def _header(shapes: dict[str, tuple[int, ...]], meta: dict[str, str], reserve: i
     width = max(len(raw), reserve)
     width += -width % 8  # keep the data 8-byte aligned, as safetensors does
     return raw + b" " * (width - len(raw))
+
+
+def _write(output: Path, shapes: dict[str, tuple[int, int]], meta: dict[str, str], matrices: Matrices) -> Path:
+    """Write the snapshot: each matrix checked against the header first, the file verified before it is renamed."""
+    meta = {**meta, "weights_hash": _HASH_PLACEHOLDER, "shapes": json.dumps({p: list(s) for p, s in shapes.items()})}
+    reserve = len(_header(shapes, {**meta, "meta_hash": _HASH_PLACEHOLDER}))
+    hashes: dict[str, str] = {}
+    expected = iter(shapes.items())
+    with atomic_path(output) as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(struct.pack("<Q", reserve) + b" " * reserve)
+            for pid, matrix in matrices:
+                want = next(expected, None)
+                if want != (pid, matrix.shape) or matrix.dtype != np.float32 or pid in hashes:
+                    raise InputFileError(
+                        f"projection {pid} came out as {matrix.dtype} {matrix.shape}, where the snapshot's header "
+                        f"expects {want}: the fine-tuned tensors do not fit the base",
+                        "pass the --base the fine-tuned model was trained from",
+                    )
+                hashes[pid] = matrix_hash(matrix)
+                fh.write(matrix.data)
+            if len(hashes) != len(shapes):
+                raise InputFileError(f"only {len(hashes)} of {len(shapes)} projections could be read", _RESAVE)
+            meta["weights_hash"] = combine_hashes(hashes)
+            header = _header(shapes, {**meta, "meta_hash": metadata_hash(meta)}, reserve)
+            if len(header) != reserve:  # cannot happen: same fields, hashes of fixed length
+                raise RuntimeError("snapshot header outgrew its reserved space")
+            fh.seek(8)
+            fh.write(header)
+        load_snapshot(tmp)  # read back and verified before it replaces anything at ``output``
+    return output
+
+
+def _overlay(folder: Path, base: Checkpoint, projections: list[Projection]) -> Checkpoint:
+    """A folder of some of the base's tensors (a profile checkpoint's ``trainable.safetensors``), checked against it."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        kept = sorted(folder.glob("checkpoint-*/*.safetensors"), key=lambda p: int(p.parent.name.split("-")[-1]))
+        if kept:
+            raise ModelLoadError(
+                f"{folder} holds no weights of its own, only checkpoints",
+                f"point at the checkpoint to extract, e.g. the last one: {kept[-1].parent}",
+            )
+        if (folder / "results.json").is_file():
+            raise ModelLoadError(
+                f"{folder} is a finished run that kept neither its snapshot ({RUN_SNAPSHOT}) nor its checkpoints",
+                "run it again with --save-snapshot (or --keep-checkpoints)",
+            )
+        raise ModelLoadError(
+            f"{folder} holds no safetensors files",
+            "point at a checkpoint, a profile run's checkpoint or a LoRA adapter folder",
+        )
+    overlay = Checkpoint.of_files(folder, files, base.config)
+    unknown = sorted(set(overlay.files) - set(base.files))
+    if unknown:
+        raise InputFileError(
+            f"{folder} holds tensors the base {base.folder} does not have: {unknown[:3]}",
+            "pass the --base this checkpoint was trained from (a snapshot file is used as it is, not extracted)",
+        )
+    for name in overlay.files:
+        if overlay.shapes[name] != base.shapes[name]:
+            raise InputFileError(
+                f"{name} in {overlay.files[name]} has shape {overlay.shapes[name]}, the base's {base.shapes[name]}",
+                "pass the --base this checkpoint was trained from",
+            )
+    touched = [p.param_name for p in projections if p.param_name in overlay.files]
+    if not touched:
+        raise InputFileError(
+            f"{folder} changes no attention projection of the base (it holds {sorted(overlay.files)[:3]}): its "
+            "snapshot would be the base's",
+            "point at a checkpoint of a run that trained attention projections",
+        )
+    for name in touched:
+        overlay.check_weight(name)
+    return overlay
+
+
+def _run_snapshot(folder: Path) -> Path | None:
+    """A finished profile run's own snapshot (``after.safetensors``), if the folder holds one."""
+    path = folder / RUN_SNAPSHOT
+    try:
+        fmt = snapshot_metadata(path).get("format") if path.is_file() else None
+    except Exception:  # noqa: BLE001 - not a readable safetensors file: then it is not a snapshot
+        return None
+    return path if fmt == FORMAT or fmt in LEGACY_FORMATS else None
+
+
+def _from_run(path: Path, base: Checkpoint, shapes: dict[str, tuple[int, int]]) -> tuple[dict[str, str], Matrices]:
+    """A finished run's verified snapshot, checked to be of the base's model: its identity and its matrices."""
+    snap = load_snapshot(path)
+    if snap.shapes != shapes or snap.architecture != base.model_type:
+        raise SnapshotMismatchError(
+            f"the run's snapshot {path} is of another model ({snap.model}: {snap.architecture}, {len(snap.shapes)} "
+            f"matrices) than the base {base.folder} ({base.model_type}, {len(shapes)})",
+            "pass the --base the run was trained from",
+        )
+    identity = {"model": snap.model, "base_model": snap.base_model, "note": snap.note}
+    identity["total_params"] = str(snap.total_params or base.total_params)
+
+    def matrices() -> Matrices:
+        for pid in list(snap.matrices):
+            yield pid, np.array(snap.matrices.pop(pid))  # each memory map is released once copied
+
+    return identity, matrices()
 
 
 def stream_snapshot(
@@ -150,85 +213,55 @@ def stream_snapshot(
     Parameters
     ----------
     source : a checkpoint folder (``config.json`` + safetensors, sharded or not), or, with ``base``, a folder holding
-        only some tensors (a profile run's checkpoint: ``trainable.safetensors``) or a LoRA adapter
-        (``adapter_config.json``).
-    output : the snapshot file to write (``.safetensors``), atomically.
+        only some tensors (a profile run's checkpoint: ``trainable.safetensors``), a finished profile run (its
+        ``after.safetensors`` is used) or a LoRA adapter (``adapter_config.json``).
+    output : the snapshot file to write (``.safetensors``), atomically, verified before it replaces anything.
     base : the pretrained checkpoint folder the tensors missing from ``source`` (or the adapter's base) come from.
     name, base_model : the names recorded in the snapshot (default: the folder names).
     """
-    source = Path(source)
-    adapter = source if (source / ADAPTER_CONFIG).is_file() else None
-    if base is not None:
-        base_ckpt = Checkpoint.open(base)
-        overlay = None if adapter is not None else _overlay(source)
-    else:
-        if adapter is not None:
-            raise ModelLoadError(
-                f"{source} is a LoRA adapter: its base model is needed",
-                "pass base=<pretrained checkpoint folder> (--base on the CLI)",
-            )
-        base_ckpt, overlay = Checkpoint.open(source), None
-    projections = _attention(base_ckpt)
-    shapes = {
-        p.pid: tuple(int(x) for x in p.from_weight(np.empty(base_ckpt.shapes[p.param_name], dtype=np.bool_)).shape)
-        for p in projections
-    }
+    source, output = Path(source), Path(output)
+    if not source.is_dir():
+        raise ModelLoadError(
+            f"{source} is not a folder", "point at a checkpoint, a profile run (or its checkpoint) or an adapter folder"
+        )
+    if base is None and is_adapter(source):
+        raise needs_base_error(source)
+    checkpoint = Checkpoint.open(source if base is None else base)
+    projections, shapes = _plan(checkpoint)
     model_name = name or (source.name if base is None else f"{Path(base).name}+{source.name}")
-    meta = {
-        "format": FORMAT,
+    identity = {
         "model": model_name,
         "base_model": base_model or (Path(base).name if base is not None else model_name),
-        "revision": "local",
-        "architecture": base_ckpt.model_type,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "note": note or "streamed from safetensors",
-        "total_params": str(base_ckpt.total_params),
-        "weights_hash": _HASH_PLACEHOLDER,
-        "shapes": json.dumps({pid: list(s) for pid, s in shapes.items()}),
+        "total_params": str(checkpoint.total_params),
     }
-    reserve = len(_header(shapes, {**meta, "meta_hash": _HASH_PLACEHOLDER}))
-    hashes: dict[str, str] = {}
-    with atomic_path(output) as tmp:
-        with open(tmp, "wb") as fh:
-            fh.write(struct.pack("<Q", reserve) + b" " * reserve)
-            for proj, matrix in _matrices(base_ckpt, overlay, adapter):
-                hashes[proj.pid] = matrix_hash(matrix)
-                fh.write(matrix.tobytes())
-            meta["weights_hash"] = combine_hashes(hashes)
-            header = _header(shapes, {**meta, "meta_hash": metadata_hash(meta)}, reserve)
-            if len(header) != reserve:  # cannot happen: same fields, hashes of fixed length
-                raise RuntimeError("snapshot header outgrew its reserved space")
-            fh.seek(8)
-            fh.write(header)
-    return Path(output)
-
-
-def _scan(paths: list[Path]) -> tuple[dict[str, Path], dict[str, tuple[int, ...]]]:
-    """Which file holds each tensor, and its shape, from the safetensors headers alone."""
-    from safetensors import safe_open
-
-    files, shapes = {}, {}
-    for path in paths:
-        try:
-            with safe_open(str(path), framework="pt") as handle:
-                for name in handle.keys():
-                    files[name], shapes[name] = path, tuple(handle.get_slice(name).get_shape())
-        except Exception as exc:  # noqa: BLE001 - safetensors raises several types for damaged files
-            raise InputFileError(
-                f"safetensors file {path} cannot be read ({exc})", "re-download or re-save the checkpoint"
-            ) from exc
-    return files, shapes
-
-
-def _overlay(folder: Path) -> Checkpoint:
-    """A folder of some tensors (a profile checkpoint's ``trainable.safetensors``, or any safetensors files)."""
-    files, shapes = _scan(sorted(folder.glob("*.safetensors")))
-    if not files:
-        raise ModelLoadError(
-            f"{folder} holds no safetensors files",
-            "point at a checkpoint, a profile run's checkpoint or a LoRA adapter folder",
-        )
-    return Checkpoint(folder, files, shapes, {})
+    run = _run_snapshot(source) if base is not None and not is_adapter(source) else None
+    if run is not None:
+        if output.resolve() == run.resolve():
+            raise ParameterError(f"the output {output} is the run's own snapshot", "choose another output path")
+        recorded, matrices = _from_run(run, checkpoint, shapes)
+        identity = {**recorded, **{k: v for k, v in (("model", name), ("base_model", base_model)) if v}}
+        identity["note"] = note or recorded["note"]
+    else:
+        read: Callable[[str], np.ndarray] = checkpoint.read
+        if base is not None and is_adapter(source):
+            adapter = LoraAdapter(source, checkpoint)
+            read = lambda param: adapter.merge(param, checkpoint.read(param))
+        elif base is not None:
+            overlay = _overlay(source, checkpoint, projections)
+            read = lambda param: (overlay if param in overlay.files else checkpoint).read(param)
+        matrices = _matrices(projections, read)
+    meta = {
+        "format": FORMAT,
+        "model": identity["model"],
+        "base_model": identity["base_model"],
+        "revision": "local",
+        "architecture": checkpoint.model_type,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "note": identity["note"],
+        "total_params": identity["total_params"],
+    }
+    return _write(output, shapes, meta, matrices)
 
 
 def is_streamable(source: str | os.PathLike[str]) -> bool:
