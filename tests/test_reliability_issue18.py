@@ -208,3 +208,43 @@ def test_n_test_beyond_the_split_records_the_rows_used(capsys, tmp_path, data_fo
     logged: list[str] = []
     assert finetune_once(tiny_llama, asked, logged.append)["test_correct"] == results["test_correct"]
     assert logged == [f"skip (done): {run / 'results.json'}"]  # the same request is the same run: reused
+
+
+# ---------------------------------------------------------------- case 10: hand-edited results are not reused
+
+
+@pytest.mark.parametrize("edit", ["number", "checksum-removed", "checksum-garbled"])
+def test_hand_edited_results_are_recomputed_not_reused(tmp_path, tiny_llama, monkeypatch, edit):
+    import json
+
+    import topotuner_lab.training.finetune as finetune_mod
+    from topotuner_lab.study.workspace import finetune_once
+    from topotuner_lab.training.config import FinetuneConfig
+    from topotuner_lab.training.results import load_results, write_results
+
+    calls = []
+
+    def run(loaded, cfg):  # a real run writes its results with write_results too (see the n_test test)
+        calls.append(cfg)
+        results = {"config": cfg.to_dict(), "test_accuracy": 0.5, "ppl_after": float("nan")}
+        write_results(Path(cfg.output_dir) / "results.json", results)
+        return results
+
+    monkeypatch.setattr(finetune_mod, "run_finetune", run)
+    cfg = FinetuneConfig(output_dir=str(tmp_path / "run"))
+    finetune_once(tiny_llama, cfg)
+    path = tmp_path / "run" / "results.json"
+    assert load_results(path)["test_accuracy"] == 0.5 and "checksum" not in load_results(path)
+    data = json.loads(path.read_text())
+    if edit == "number":
+        data["test_accuracy"] = 0.99
+    elif edit == "checksum-removed":
+        data = {**data, "test_accuracy": 0.99}
+        del data["checksum"]
+    else:
+        data["checksum"] = "0" * 32
+    path.write_text(json.dumps(data))
+    log: list[str] = []
+    assert finetune_once(tiny_llama, cfg, log.append)["test_accuracy"] == 0.5
+    assert len(calls) == 2 and log[0].startswith(f"recompute (unreadable): {path}") and "checksum" in log[0]
+    assert load_results(path)["test_accuracy"] == 0.5

@@ -24,6 +24,7 @@ from topotuner_lab.study.workspace import (
     snapshot_once,
 )
 from topotuner_lab.training.config import FinetuneConfig
+from topotuner_lab.training.results import write_results
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import build_tiny_model
 from topotuner_lab.weights.snapshot import NOISE_SCALE, load_snapshot, perturb_snapshot, save_snapshot
@@ -359,7 +360,7 @@ def runs(monkeypatch):
         out = Path(cfg.output_dir)
         out.mkdir(parents=True, exist_ok=True)
         results = {"config": cfg.to_dict(), "test_accuracy": 0.5 + len(calls) / 100}
-        (out / "results.json").write_text(json.dumps(results))
+        write_results(out / "results.json", results)  # with its checksum, as a real run writes it
         return results
 
     monkeypatch.setattr(finetune_mod, "run_finetune", fake)

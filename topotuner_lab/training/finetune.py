@@ -1,6 +1,6 @@
 """One entry point for full fine-tuning, LoRA (peft) and TopoTuner profile fine-tuning, on HF ``Trainer``.
 
-Every run writes ``results.json`` (atomically) with accuracy, the train-test gap, forgetting
+Every run writes ``results.json`` (atomically, with a checksum) with accuracy, the train-test gap, forgetting
 (out-of-domain accuracy and held-out perplexity before/after), trainable parameters, time per
 epoch, memory and the seeds. Checkpoints are saved each epoch, so a stopped run resumes.
 """
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from transformers import TrainerCallback
 
-from topotuner_lab._io import atomic
 from topotuner_lab._io.errors import ProfileError
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.tasks.specs import get_task
@@ -27,7 +26,7 @@ from topotuner_lab.training.data import RunData, capped_counts, load_run_data, u
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
 from topotuner_lab.training.evaluation import accuracy, classification_correct, gsm8k_correct, perplexity
 from topotuner_lab.training.memory import PeakMemory
-from topotuner_lab.training.results import RunResults, collect_results
+from topotuner_lab.training.results import RunResults, collect_results, write_results
 from topotuner_lab.training.trainer import build_trainer, last_checkpoint, prepare_model, resolve_lora_rank
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import LoadedModel
@@ -164,7 +163,7 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
         snap = extract_snapshot(merged, name=f"{loaded.name}@{cfg.task}-{cfg.method}", base_model=loaded.name)
         results["snapshot"] = str(save_snapshot(snap, out / "after.safetensors"))
     results["wall_seconds"] = time.perf_counter() - wall_start
-    atomic.write_json(out / "results.json", results)
+    write_results(out / "results.json", results)
     if not cfg.keep_checkpoints:
         _tidy_checkpoints(out)
     return results

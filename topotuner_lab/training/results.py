@@ -1,14 +1,21 @@
-"""What a finished fine-tune reports (:class:`RunResults`, written as ``results.json``) and how it is read back."""
+"""What a finished fine-tune reports (:class:`RunResults`, written as ``results.json``) and how it is read back.
+
+The file carries a checksum of its content; reading it back verifies it, so a hand-edited or damaged results file
+is never reused as if a run had produced it.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
 from transformers import Trainer
 
+from topotuner_lab._io import atomic
 from topotuner_lab._io.errors import InputFileError
 from topotuner_lab.training.callbacks import per_epoch
 from topotuner_lab.training.config import FinetuneConfig
@@ -119,18 +126,41 @@ def collect_results(
     return results
 
 
+#: the key of ``results.json`` that holds the checksum of everything else in it
+CHECKSUM = "checksum"
+
+
+def results_checksum(results: Mapping[str, Any]) -> str:
+    """A digest of the results as JSON (every key but the checksum), as :func:`write_results` stores it."""
+    plain = {k: v for k, v in results.items() if k != CHECKSUM}
+    text = json.dumps(plain, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def write_results(path: str | os.PathLike[str], results: Mapping[str, Any]) -> Path:
+    """Write ``results`` atomically as JSON with their checksum, which :func:`load_results` verifies."""
+    plain = json.loads(json.dumps(dict(results), default=str))  # what the file will hold, so the digest matches it
+    plain.pop(CHECKSUM, None)
+    return atomic.write_json(path, {**plain, CHECKSUM: results_checksum(plain)})
+
+
 def load_results(path: str | os.PathLike[str]) -> RunResults:
-    """A run's ``results.json``; a missing or damaged file is a clear error (rerun the step)."""
+    """A run's ``results.json`` (less its checksum).
+
+    A missing or damaged file, and one whose checksum is missing or does not verify (edited by hand, written by an
+    older version), is a clear error: rerun the step (``reproduce`` does so by itself).
+    """
     path = Path(path)
+    fix = f"delete {path.parent} and run the fine-tune again (reproduce reruns it by itself)"
     try:
         results = json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, ValueError, RecursionError) as exc:
-        raise InputFileError(
-            f"results file {path} is missing or damaged ({exc.__class__.__name__})",
-            f"delete {path.parent} and run the fine-tune again",
-        ) from exc
+        raise InputFileError(f"results file {path} is missing or damaged ({exc.__class__.__name__})", fix) from exc
     if not isinstance(results, dict) or "test_accuracy" not in results:
-        raise InputFileError(
-            f"results file {path} is not a fine-tune's results", f"delete {path.parent} and run the fine-tune again"
-        )
+        raise InputFileError(f"results file {path} is not a fine-tune's results", fix)
+    recorded = results.pop(CHECKSUM, None)
+    if recorded is None:
+        raise InputFileError(f"results file {path} carries no checksum (written by an older version?)", fix)
+    if recorded != results_checksum(results):
+        raise InputFileError(f"results file {path} does not match its checksum (edited by hand, or damaged)", fix)
     return cast(RunResults, results)
