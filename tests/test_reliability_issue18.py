@@ -248,3 +248,58 @@ def test_hand_edited_results_are_recomputed_not_reused(tmp_path, tiny_llama, mon
     assert finetune_once(tiny_llama, cfg, log.append)["test_accuracy"] == 0.5
     assert len(calls) == 2 and log[0].startswith(f"recompute (unreadable): {path}") and "checksum" in log[0]
     assert load_results(path)["test_accuracy"] == 0.5
+
+
+# ---------------------------------------------------------------- case 3: reproduce into another preset's folder
+
+
+@pytest.fixture
+def tiny_folder(tmp_path) -> Path:
+    """A folder as `reproduce --preset tiny` leaves it (its preset.json, and files another preset would replace)."""
+    from topotuner_lab._io import atomic
+    from topotuner_lab.study.presets import PRESETS
+
+    folder = tmp_path / "D"
+    atomic.write_json(folder / "preset.json", {**PRESETS["tiny"].to_dict(), "planned_runs": 26, "machine": "here"})
+    (folder / "noise").mkdir()
+    for name in ("pretrained.safetensors", "noise/noise-0.parquet", "results.csv", "RESULTS.md"):
+        (folder / name).write_bytes(f"tiny's {name}".encode())
+    return folder
+
+
+def _contents(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+class Reached(Exception):
+    """Raised where the comparison would start loading the model: the folder check passed."""
+
+
+def test_reproduce_refuses_a_folder_of_another_preset(capsys, tiny_folder, monkeypatch):
+    import dataclasses
+
+    import topotuner_lab.study.protocol as protocol
+    from topotuner_lab.study.presets import PRESETS
+
+    before = _contents(tiny_folder)
+    monkeypatch.setattr(protocol, "load_model", lambda name: pytest.fail("the model was loaded"))
+    code, err = run_cli(capsys, "reproduce", "--preset", "compare", "-o", tiny_folder)
+    assert code == 2 and f"{tiny_folder} holds the comparison of another preset" in err
+    assert "(model tiny-llama there, smollm2-135m here)" in err and "seeds" in err and "-o" in err
+    assert _contents(tiny_folder) == before  # nothing overwritten
+    other_seeds = dataclasses.replace(PRESETS["tiny"], seeds=(0,))
+    with pytest.raises(ParameterError) as info:
+        protocol.run_study(other_seeds, tiny_folder, log=lambda _: None)
+    assert info.value.problem.endswith("another preset; they differ in seeds")
+
+    def reached(name):
+        raise Reached
+
+    monkeypatch.setattr(protocol, "load_model", reached)
+    with pytest.raises(Reached):  # the same preset resumes
+        protocol.run_study(PRESETS["tiny"], tiny_folder, log=lambda _: None)
+    (tiny_folder / "preset.json").write_bytes(b"\x00{damaged")
+    log: list[str] = []
+    with pytest.raises(Reached):  # a damaged preset.json is rewritten, as before
+        protocol.run_study(PRESETS["compare"], tiny_folder, log=log.append)
+    assert log == [f"rewrite (unreadable): {tiny_folder / 'preset.json'} (JSONDecodeError)"]

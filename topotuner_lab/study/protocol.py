@@ -17,7 +17,9 @@ interrupted comparison resumes by skipping what is done.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -27,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from topotuner_lab._io import atomic
+from topotuner_lab._io.errors import ParameterError, TopoTunerError
 from topotuner_lab.drift.noise import noise_check
 from topotuner_lab.drift.tables import save_table
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
@@ -150,12 +153,57 @@ def machine() -> str:
     return f"{os.cpu_count()} CPU cores, {device}"
 
 
+#: what ``preset.json`` records beside the preset's fields
+RECORD_ONLY: tuple[str, ...] = ("planned_runs", "machine")
+
+
+def check_same_preset(preset: Preset, work: WorkDir, log: Log) -> None:
+    """Refuse a folder that holds the comparison of another preset (or another model), before anything is written.
+
+    The preset is read from the folder's ``preset.json``; the same preset resumes. A damaged ``preset.json`` (not a
+    JSON object) is rewritten, as every other damaged file is recomputed: each step verifies its own inputs.
+    """
+    try:
+        recorded = json.loads(work.preset.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, RecursionError) as exc:
+        log(f"rewrite (unreadable): {work.preset} ({exc.__class__.__name__})")
+        return
+    if not isinstance(recorded, dict):
+        log(f"rewrite (unreadable): {work.preset} (not a JSON object)")
+        return
+    fix = (
+        f"give this comparison its own folder with -o (the default is runs/reproduce-PRESET), or delete {work.root} "
+        "to start over there"
+    )
+    try:
+        there = Preset.from_dict({k: v for k, v in recorded.items() if k not in RECORD_ONLY})
+    except TopoTunerError as exc:
+        raise ParameterError(
+            f"{work.root} holds a comparison whose preset.json this version cannot read: {exc.problem}", fix
+        ) from exc
+    if there == preset:
+        return
+    differ = [f.name for f in dataclasses.fields(Preset) if getattr(there, f.name) != getattr(preset, f.name)]
+    model = (
+        f" (model {there.model or 'smollm2-135m'} there, {preset.model or 'smollm2-135m'} here)"
+        if "model" in differ
+        else ""
+    )
+    raise ParameterError(
+        f"{work.root} holds the comparison of another preset{model}; they differ in {', '.join(differ)}", fix
+    )
+
+
 def prepare(preset: Preset, work: WorkDir, log: Log) -> tuple[LoadedModel, Cards]:
     """The model and its cards, with everything the long grid needs prepared before it runs.
 
     That is the pretrained snapshot and noise floor, each prior's drift table and cards, and the further models'
-    drift and noise tables (drift only); every step is reused when verified.
+    drift and noise tables (drift only); every step is reused when verified. A folder of another preset is refused
+    before anything is written.
     """
+    check_same_preset(preset, work, log)
     for name in preset.other_models:  # fail now, not after the grid, when a second model is not installed
         if name in PACKAGED_MODELS:
             embedded_gguf_path(name)
