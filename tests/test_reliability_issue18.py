@@ -303,3 +303,51 @@ def test_reproduce_refuses_a_folder_of_another_preset(capsys, tiny_folder, monke
     with pytest.raises(Reached):  # a damaged preset.json is rewritten, as before
         protocol.run_study(PRESETS["compare"], tiny_folder, log=log.append)
     assert log == [f"rewrite (unreadable): {tiny_folder / 'preset.json'} (JSONDecodeError)"]
+
+
+# ---------------------------------------------------------------- case 4 and `-p n_train -5`: run-notebooks checks
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def no_notebook_runs(monkeypatch):
+    import topotuner_lab.lab.notebooks as notebooks
+
+    monkeypatch.setattr(notebooks, "_execute_one", lambda *a, **k: pytest.fail("a notebook ran"))
+
+
+@pytest.mark.parametrize(
+    "output, message",
+    [
+        pytest.param("notebooks", "lies in the notebooks folder", id="notebooks"),
+        pytest.param("notebooks/out", "lies in the notebooks folder", id="inside-notebooks"),
+        pytest.param(".", "is the project root", id="project-root"),
+        pytest.param("runs/..", "is the project root", id="project-root-spelled-otherwise"),
+    ],
+)
+def test_run_notebooks_refuses_outputs_in_the_source_tree(capsys, monkeypatch, no_notebook_runs, output, message):
+    monkeypatch.chdir(PROJECT)
+    before = sorted(p.name for p in PROJECT.iterdir()), sorted(p.name for p in (PROJECT / "notebooks").iterdir())
+    code, err = run_cli(capsys, "run-notebooks", "--preset", "tiny", "-o", output)
+    assert code == 2 and f"output folder {output} {message}" in err and "-o runs/notebooks-tiny" in err
+    assert (sorted(p.name for p in PROJECT.iterdir()), sorted(p.name for p in (PROJECT / "notebooks").iterdir())) == (
+        before
+    )
+
+
+@pytest.mark.parametrize(
+    "param, value, message",
+    [
+        pytest.param("n_train", "-5", "n_train=-5 is not a whole number >= 1", id="n_train-negative"),
+        pytest.param("epochs", "0", "epochs=0 is not a whole number >= 1", id="epochs-zero"),
+        pytest.param("stop_threshold", "1.5", "stop_threshold=1.5 is not a number in (0, 1)", id="threshold"),
+        pytest.param("budget_pct", "-1", "budget_pct=-1.0 is not a positive finite number", id="budget"),
+    ],
+)
+def test_run_notebooks_checks_parameters_before_any_notebook_runs(
+    capsys, tmp_path, no_notebook_runs, param, value, message
+):
+    code, err = run_cli(capsys, "run-notebooks", "--preset", "tiny", "-p", param, value, "-o", tmp_path / "nb")
+    assert code == 2 and message in err and f"give {param} as" in err
+    assert not (tmp_path / "nb").exists()

@@ -92,6 +92,31 @@ def notebooks_dir() -> Path:
     return folder
 
 
+def check_notebook_output(out_dir: str | Path) -> Path:
+    """The resolved output folder, refused when it is the project root or lies in the notebooks folder.
+
+    The series writes ``executed/``, ``work/`` and ``figures/`` under it: in either place they would land in the
+    source tree (and rewrite the project's own figures).
+    """
+    out, source = Path(out_dir).expanduser().resolve(), notebooks_dir()
+    fix = "write the series outside the source tree's notebooks, e.g. -o runs/notebooks-tiny (the default)"
+    if out == source or source in out.parents:
+        raise ParameterError(f"output folder {out_dir} lies in the notebooks folder {source}", fix)
+    if out == source.parent:
+        raise ParameterError(
+            f"output folder {out_dir} is the project root {source.parent}: executed/, work/ and figures/ would be "
+            "written into the source tree",
+            fix,
+        )
+    return out
+
+
+def check_overrides(preset: NotebookPreset, values: dict[str, Any]) -> NotebookPreset:
+    """``preset`` with the parameters ``values`` set, checked as the preset's own fields are (before any notebook)."""
+    fields = {k: v for k, v in values.items() if k in preset.__dataclass_fields__}
+    return NotebookPreset.from_dict({**preset.to_dict(), **fields})
+
+
 def _coerce(name: str, value: Any, type_name: str, notebook: str) -> Any:
     """Turn a CLI string into the parameter's declared type, or raise a clear error."""
     expected = {"int": int, "float": float, "str": str, "bool": bool}.get(type_name)
@@ -190,11 +215,14 @@ def run_notebooks(
 ) -> list[Path]:
     """Execute the notebooks in order; returns the executed copies. A failing cell raises NotebookError.
 
+    Checked before any notebook runs: the output folder (not the project root, not in the notebooks folder) and every
+    override (the parameter's type, and the preset's check of its value: ``-p n_train -5`` is refused).
+
     With ``progress`` a bar runs over the series and each finished notebook prints its time and the running total.
     """
     if preset not in NOTEBOOK_PRESETS:
         raise ParameterError(f"unknown notebook preset {preset!r}", f"use one of {', '.join(NOTEBOOK_PRESETS)}")
-    out = Path(out_dir).resolve()
+    out = check_notebook_output(out_dir)
     base = {**NOTEBOOK_PRESETS[preset].to_dict(), "work_dir": str(out / "work"), "figures_dir": str(out / "figures")}
     overrides = dict(overrides or {})
     source = notebooks_dir()
@@ -215,6 +243,9 @@ def run_notebooks(
         raise ParameterError(
             f"no notebook has parameter(s) {unknown}", f"known parameters: {sorted(declared_anywhere)}"
         )
+    check_overrides(
+        NOTEBOOK_PRESETS[preset], {k: v for _, params in plans for k, v in params.items() if k in overrides}
+    )
     executed = []
     start = time.perf_counter()
     with tqdm(total=len(plans), desc="notebooks", unit="notebook", disable=not progress) as bar:
