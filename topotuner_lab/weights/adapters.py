@@ -244,7 +244,8 @@ class LoraAdapter:
         try:
             with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
                 warnings.simplefilter("ignore")
-                root = _skeleton(module.key, torch.from_numpy(weight), conv1d=self.base.model_type == "gpt2")
+                bias = module.param.removesuffix("weight") + "bias" in self.base.files  # peft merges lora_bias there
+                root = _skeleton(module.key, torch.from_numpy(weight), conv1d=self.base.model_type == "gpt2", bias=bias)
                 inject_adapter_in_model(copy.deepcopy(self.config), root, low_cpu_mem_usage=True)
                 loaded: Any = set_peft_model_state_dict(root, state, low_cpu_mem_usage=True)
                 layer = root.get_submodule(module.key)
@@ -261,8 +262,12 @@ class LoraAdapter:
         return layer.get_base_layer().weight.detach().numpy()
 
 
-def _skeleton(path: str, weight: Any, *, conv1d: bool) -> Any:
-    """A module tree holding only the layer at ``path`` (dotted), whose weight is ``weight`` (as stored)."""
+def _skeleton(path: str, weight: Any, *, conv1d: bool, bias: bool) -> Any:
+    """A module tree holding only the layer at ``path`` (dotted), whose weight is ``weight`` (as stored).
+
+    The bias (zeros; snapshots hold weights only) is there when the base layer has one, so that peft merges a
+    ``lora_bias`` adapter exactly where it can.
+    """
     import torch
     from torch import nn
 
@@ -280,6 +285,7 @@ def _skeleton(path: str, weight: Any, *, conv1d: bool) -> Any:
         else:
             layer = nn.Linear(weight.shape[1], weight.shape[0])
     layer.weight = nn.Parameter(weight, requires_grad=False)
-    layer.bias = nn.Parameter(weight.new_zeros(weight.shape[1] if conv1d else weight.shape[0]), requires_grad=False)
+    out_features = weight.shape[1] if conv1d else weight.shape[0]
+    layer.bias = nn.Parameter(weight.new_zeros(out_features), requires_grad=False) if bias else None
     node.add_module(leaf, layer)
     return root

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -19,11 +20,15 @@ import torch
 from topotuner_lab._io.atomic import atomic_path
 from topotuner_lab._io.errors import ModelLoadError
 from topotuner_lab._io.paths import model_cache_dir
+from topotuner_lab.weights.adapters import is_adapter, needs_base_error
+from topotuner_lab.weights.checkpoint import read_json
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
 DEFAULT_MODEL = "smollm2-135m"
+#: what transformers' loaders raise for files that are damaged, missing or of another kind
+_LOAD_ERRORS = (OSError, ValueError, TypeError, KeyError, AttributeError, IndexError, EOFError, struct.error)
 
 
 class _PackagedModelRequired(TypedDict):
@@ -162,6 +167,44 @@ def _from_pretrained(folder: str | Path, gguf_file: str | None = None, **kwargs:
     return model.eval(), tokenizer
 
 
+def _first_line(exc: BaseException) -> str:
+    return f"{exc.__class__.__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+
+
+def _load_gguf(path: Path) -> tuple[PreTrainedModel, Any]:
+    """A local GGUF file through transformers' GGUF loader; a damaged or foreign file is a clear error."""
+    try:
+        return _from_pretrained(path.parent, gguf_file=path.name)
+    except _LOAD_ERRORS as exc:
+        raise ModelLoadError(
+            f"{path} is not a GGUF model transformers can load ({_first_line(exc)})",
+            "check the file (a complete .gguf of a supported architecture), or pass a model folder",
+        ) from exc
+
+
+def _load_folder(path: Path) -> tuple[PreTrainedModel, Any]:
+    """A local ``save_pretrained`` folder: its config is checked first, then the tokenizer, then the model."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    read_json(path / "config.json", "model config")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except _LOAD_ERRORS as exc:
+        raise ModelLoadError(
+            f"{path} has no usable tokenizer files ({_first_line(exc)})",
+            "save the tokenizer beside the model (tokenizer.save_pretrained(folder)); to take a snapshot alone, "
+            f"`topotuner-lab extract {path} -o FILE` streams the weights without a tokenizer",
+        ) from exc
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except _LOAD_ERRORS as exc:
+        raise ModelLoadError(
+            f"the model in {path} cannot be loaded ({_first_line(exc)})",
+            "re-save it with save_pretrained (config.json and its weights must belong together)",
+        ) from exc
+    return model.eval(), tokenizer
+
+
 def export_float32(model: PreTrainedModel, tokenizer: Any, target: Path) -> Path:
     """Save a GGUF-loaded model as float32 safetensors, atomically (quantizer fields dropped)."""
     if hasattr(model, "hf_quantizer"):
@@ -224,18 +267,26 @@ def load_model(spec: str | os.PathLike[str] | None = None, *, revision: str | No
             raise ModelLoadError(
                 f"GGUF file {path} does not exist", "check the path, or omit the model to use the embedded default"
             )
-        model, tokenizer = _from_pretrained(path.parent, gguf_file=path.name)
+        model, tokenizer = _load_gguf(path)
         return LoadedModel(model, tokenizer, path.name, f"gguf:{path.stat().st_size}", "gguf")
     if path.is_dir():
+        if is_adapter(path):
+            raise needs_base_error(path)
         if not (path / "config.json").is_file():
             raise ModelLoadError(
                 f"{path} is a folder without config.json",
                 "point at a folder written by save_pretrained (or a .gguf file)",
             )
-        model, tokenizer = _from_pretrained(path)
+        model, tokenizer = _load_folder(path)
         name = getattr(model.config, "topotuner_base_model", None) or path.name
         return LoadedModel(
             model, tokenizer, str(name), str(getattr(model.config, "_commit_hash", None) or "local"), "local"
+        )
+    if path.is_file():
+        raise ModelLoadError(
+            f"{path} is a single {path.suffix or 'extensionless'} file, not a model",
+            "pass the model's folder (config.json, weights and tokenizer, as save_pretrained writes it) or a .gguf "
+            "file; a snapshot .safetensors is read with load_snapshot",
         )
     if spec.startswith((".", "/", "~")) or spec.count("/") > 1 or spec.endswith((".safetensors", ".bin", ".json")):
         raise ModelLoadError(f"model path {spec} does not exist", "check the path; a hub id looks like 'org/name'")
