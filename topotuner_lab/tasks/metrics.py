@@ -1,0 +1,83 @@
+"""Per-example task metrics, from the libraries that define them where there is one.
+
+Every function scores one example (or one query), so claims stay paired example by example:
+- SQuAD exact match and F1 with the official answer normalization (lower case, no punctuation, no articles, single
+  spaces), the best over the reference answers (the official ``evaluate-v1.1.py`` logic);
+- ROUGE-1/2/L F-measures from ``rouge-score`` (Porter stemming), the best over the references;
+- nDCG@10 and MRR@10 of a ranking per query from ``ir-measures``;
+- pass@1 of greedy programs from the sandbox's per-problem statuses.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = set(string.punctuation)
+ROUGE_TYPES: tuple[str, ...] = ("rouge1", "rouge2", "rougeL")
+
+
+def normalize_answer(text: str) -> str:
+    """The official SQuAD normalization: lower case, punctuation removed, articles removed, whitespace collapsed."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def _f1(prediction: str, reference: str) -> float:
+    pred, ref = normalize_answer(prediction).split(), normalize_answer(reference).split()
+    common = sum((Counter(pred) & Counter(ref)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred), common / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def squad_scores(prediction: str, references: Sequence[str]) -> dict[str, float]:
+    """``exact_match`` and ``f1`` of one prediction, each the best over the reference answers (0 or 1 / [0, 1])."""
+    return {
+        "exact_match": float(max(normalize_answer(prediction) == normalize_answer(r) for r in references)),
+        "f1": max(_f1(prediction, r) for r in references),
+    }
+
+
+def rouge_scores(prediction: str, references: Sequence[str]) -> dict[str, float]:
+    """ROUGE-1/2/L F-measures of one summary (``rouge-score``, stemmed), each the best over the references."""
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=True)
+    best = dict.fromkeys(ROUGE_TYPES, 0.0)
+    for reference in references:
+        for name, score in scorer.score(reference, prediction).items():
+            best[name] = max(best[name], score.fmeasure)
+    return best
+
+
+def ranking_scores(
+    run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]], cutoff: int = 10
+) -> pd.DataFrame:
+    """nDCG@cutoff and MRR@cutoff per query, from ``ir-measures``.
+
+    ``run`` maps query -> document -> model score, ``qrels`` query -> document -> relevance; queries without a
+    relevant document are left out.
+    """
+    import ir_measures
+    from ir_measures import RR, nDCG
+
+    measures = [nDCG @ cutoff, RR @ cutoff]
+    judged = [ir_measures.Qrel(q, d, int(rel)) for q, docs in qrels.items() for d, rel in docs.items()]
+    scored = [ir_measures.ScoredDoc(q, d, float(s)) for q, docs in run.items() for d, s in docs.items()]
+    rows: dict[str, dict[str, float]] = {}
+    for metric in ir_measures.iter_calc(measures, judged, scored):
+        name = f"ndcg@{cutoff}" if metric.measure == measures[0] else f"mrr@{cutoff}"
+        rows.setdefault(metric.query_id, {})[name] = float(metric.value)
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("query").reset_index()
+
+
+def pass_at_1(statuses: Sequence[str]) -> float:
+    """The share of problems whose greedy program passed its tests (``pass`` among the sandbox statuses)."""
+    return sum(status == "pass" for status in statuses) / len(statuses) if statuses else float("nan")
