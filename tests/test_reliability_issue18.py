@@ -351,3 +351,132 @@ def test_run_notebooks_checks_parameters_before_any_notebook_runs(
     code, err = run_cli(capsys, "run-notebooks", "--preset", "tiny", "-p", param, value, "-o", tmp_path / "nb")
     assert code == 2 and message in err and f"give {param} as" in err
     assert not (tmp_path / "nb").exists()
+
+
+# ---------------------------------------------------------------- case 11 and `--scheduler`: Dask addresses
+
+
+@pytest.fixture
+def snapshot_files(tmp_path, tiny_snapshot) -> tuple[Path, Path]:
+    from topotuner_lab.weights.snapshot import perturb_snapshot, save_snapshot
+
+    pre, post = tmp_path / "pre.safetensors", tmp_path / "post.safetensors"
+    save_snapshot(tiny_snapshot, pre)
+    save_snapshot(perturb_snapshot(tiny_snapshot, 0.05), post)
+    return pre, post
+
+
+@pytest.mark.parametrize(
+    "scheduler, message",
+    [
+        pytest.param("foo", "scheduler 'foo' is not 'local' nor a Dask address", id="foo"),
+        pytest.param("tcp://", "scheduler 'tcp://' is not 'local' nor a Dask address", id="missing-port"),
+        pytest.param("tcp://127.0.0.1", "is not 'local' nor a Dask address", id="no-port"),
+        pytest.param("tcp://127.0.0.1:99999", "is not 'local' nor a Dask address", id="port-out-of-range"),
+        pytest.param("http://127.0.0.1:8786", "is not 'local' nor a Dask address", id="http"),
+    ],
+)
+def test_malformed_scheduler_addresses_are_refused_up_front(capsys, tmp_path, snapshot_files, scheduler, message):
+    pre, post = snapshot_files
+    code, err = run_cli(capsys, "drift", pre, post, "-o", tmp_path / "T.csv", "--no-cache", "--scheduler", scheduler)
+    assert code == 2 and message in err and "tcp://host:8786" in err and not (tmp_path / "T.csv").exists()
+
+
+class _Junk(__import__("socketserver").BaseRequestHandler):
+    """Answers any connection with bytes that are not Dask's (a length header of exabytes, then text)."""
+
+    def handle(self) -> None:
+        self.request.sendall(b"\xff" * 16 + b"HTTP/1.0 400 Bad Request\r\n\r\n" * 4)
+        self.request.recv(1024)
+
+
+def _server(kind: str):
+    import http.server
+    import socketserver
+    import threading
+
+    if kind == "http-server":
+
+        class Quiet(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    else:
+        server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Junk)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.slow  # a child process per server (torch imports), each bounded at 2 s of handshake
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        pytest.param(
+            "http-server", "no Dask scheduler answered at tcp://127.0.0.1:{port} within 2 s", id="http-server"
+        ),
+        pytest.param("junk-bytes", "the server at tcp://127.0.0.1:{port} answers, but not as a Dask", id="junk-bytes"),
+        pytest.param("nothing", "no Dask scheduler answered at tcp://127.0.0.1:{port} within 2 s", id="nothing-there"),
+    ],
+)
+def test_a_scheduler_address_that_is_not_dask_fails_within_the_handshake_bound(tmp_path, snapshot_files, kind, message):
+    """The CLI runs in a child process killed after 60 s (before the fix it waited forever); servers run here."""
+    import socket
+    import time
+
+    if kind == "nothing":
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        server = None
+    else:
+        server = _server(kind)
+        port = server.server_address[1]
+    pre, post = snapshot_files
+    argv = [str(pre), str(post), "-o", str(tmp_path / "T.csv"), "--no-cache", "--scheduler", f"tcp://127.0.0.1:{port}"]
+    code = (
+        "import sys\n"
+        "import topotuner_lab.drift.executors as executors\n"
+        "from topotuner_lab.cli import main\n"
+        "executors.HANDSHAKE_SECONDS = 2.0\n"
+        f"sys.exit(main(['drift', *{argv!r}]))\n"
+    )
+    start = time.perf_counter()
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("drift still waits on a server that is not a Dask scheduler")
+    finally:
+        if server is not None:
+            server.shutdown()
+    assert out.returncode == 2 and message.format(port=port) in out.stderr and "tcp://host:8786" in out.stderr
+    assert "Traceback" not in out.stderr and "internal error" not in out.stderr
+    assert time.perf_counter() - start < 45 and not (tmp_path / "T.csv").exists()
+
+
+@pytest.mark.slow
+def test_a_real_scheduler_passes_and_one_without_workers_is_refused(tiny_snapshot, monkeypatch):
+    import pandas as pd
+    from dask.distributed import LocalCluster
+
+    import topotuner_lab.drift.executors as executors
+    from topotuner_lab.drift.cache import DriftCache
+    from topotuner_lab.drift.compute import drift_table
+    from topotuner_lab.drift.settings import DriftSettings
+    from topotuner_lab.weights.snapshot import perturb_snapshot
+
+    noisy, settings = perturb_snapshot(tiny_snapshot, 0.05), DriftSettings(maxdim=0, orders=(1.0,), bottleneck=False)
+    expected = drift_table(tiny_snapshot, noisy, settings, n_jobs=1, cache=DriftCache(None))
+    with LocalCluster(n_workers=1, processes=False, threads_per_worker=1, dashboard_address=None) as cluster:
+        executors.check_scheduler_answers(cluster.scheduler_address, 10)
+        table = drift_table(
+            tiny_snapshot, noisy, settings, n_jobs=1, cache=DriftCache(None), scheduler=cluster.scheduler_address
+        )
+    pd.testing.assert_frame_equal(table, expected)
+    monkeypatch.setattr(executors, "WORKER_SECONDS", 1.0)
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as empty:
+        with pytest.raises(ParameterError, match="has no worker after 1 s"):
+            drift_table(
+                tiny_snapshot, noisy, settings, n_jobs=1, cache=DriftCache(None), scheduler=empty.scheduler_address
+            )

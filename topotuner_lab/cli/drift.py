@@ -12,7 +12,7 @@ from topotuner_lab.cli.options import add_config_options, config_from_args
 def _cmd_drift(args: argparse.Namespace) -> None:
     from topotuner_lab.drift.cache import DriftCache
     from topotuner_lab.drift.compute import drift_table
-    from topotuner_lab.drift.executors import check_jobs
+    from topotuner_lab.drift.executors import check_jobs, check_scheduler
     from topotuner_lab.drift.settings import DriftSettings
     from topotuner_lab.drift.tables import TABLE_SUFFIXES, save_table
     from topotuner_lab.weights.snapshot import load_snapshot
@@ -21,6 +21,7 @@ def _cmd_drift(args: argparse.Namespace) -> None:
     refuse_overwrite({"first snapshot": args.before, "second snapshot": args.after}, {"output table": args.output})
     settings = config_from_args(DriftSettings, args)
     jobs = check_jobs(args.jobs)
+    check_scheduler(args.scheduler)
     cache = DriftCache(None) if args.no_cache else DriftCache(args.cache) if args.cache else DriftCache()
     cache.check_writable()
     start = time.perf_counter()

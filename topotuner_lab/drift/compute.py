@@ -16,7 +16,7 @@ import pandas as pd
 
 from topotuner_lab._io.errors import ParameterError
 from topotuner_lab.drift.cache import DriftCache
-from topotuner_lab.drift.executors import check_jobs, run_dask, run_joblib
+from topotuner_lab.drift.executors import check_jobs, check_scheduler, run_dask, run_joblib
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.weights.projections import parse_pid
 from topotuner_lab.weights.snapshot import Snapshot, check_comparable, matrix_hash
@@ -61,6 +61,7 @@ def drift_between(
     settings = settings or DriftSettings()
     cache = cache if cache is not None else DriftCache()
     n_jobs = check_jobs(n_jobs)
+    check_scheduler(scheduler)
     pids = list(before) if pids is None else list(pids)
     unknown = [p for p in pids if p not in before or p not in after]
     if unknown:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,8 +35,89 @@ def run_joblib(work: list[tuple[Any, ...]], n_jobs: int) -> Iterator[tuple[str, 
     )
 
 
+#: seconds a Dask scheduler has to answer its handshake (connect, then an ``identity`` request)
+HANDSHAKE_SECONDS = 20.0
+#: seconds a Dask scheduler has to show its first worker before the table is given up on
+WORKER_SECONDS = 120.0
+#: a Dask address: an optional scheme, a host (or [IPv6]) and a port
+_ADDRESS = re.compile(
+    r"(?:(?P<scheme>tcp|tls|ws|wss|ucx)://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(?P<port>\d{1,5})"
+)
+_FIX = (
+    "give --scheduler 'local' (a Dask cluster of --jobs workers here) or a running scheduler's address as "
+    "tcp://host:8786, or drop --scheduler to use local processes"
+)
+
+
+def check_scheduler(scheduler: str | None) -> str | None:
+    """``scheduler`` when it is None, ``"local"`` or a Dask address (host and port, or ``inproc://``); else refused."""
+    if scheduler is None or scheduler == "local":
+        return scheduler
+    if isinstance(scheduler, str) and re.fullmatch(r"inproc://\S+", scheduler):  # a cluster in this process
+        return scheduler
+    match = _ADDRESS.fullmatch(scheduler) if isinstance(scheduler, str) else None
+    if match is None or not 1 <= int(match["port"]) <= 65535:
+        raise ParameterError(f"scheduler {scheduler!r} is not 'local' nor a Dask address (scheme://host:port)", _FIX)
+    return scheduler
+
+
+def _identity(address: str, seconds: float) -> Any:
+    """What the server at ``address`` answers to Dask's ``identity`` request, the whole exchange within ``seconds``."""
+    import asyncio
+
+    from distributed.comm import connect
+
+    async def ask() -> Any:
+        comm = await connect(address, timeout=seconds)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    return asyncio.run(asyncio.wait_for(ask(), seconds))
+
+
+def check_scheduler_answers(address: str, seconds: float) -> None:
+    """Raise a clear error unless a Dask scheduler at ``address`` completes the handshake within ``seconds``.
+
+    Dask's own connect timeout bounds the TCP connect, not the handshake after it: a server that is not Dask (a web
+    server, say) kept ``Client`` waiting forever, or answered bytes read as a frame of exabytes. The exchange runs on
+    its own thread and event loop, so it works inside a notebook's running loop too.
+    """
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dask-handshake")
+    try:
+        reply = pool.submit(_identity, address, seconds).result(timeout=seconds + 10)
+    except (TimeoutError, asyncio.TimeoutError, FutureTimeout, OSError) as exc:
+        raise ParameterError(
+            f"no Dask scheduler answered at {address} within {seconds:g} s (nothing listening, or a server that is "
+            f"not Dask{': ' + str(exc) if str(exc) else ''})",
+            _FIX,
+        ) from exc
+    except Exception as exc:  # noqa: BLE001 - any garbled answer (MemoryError, ValueError...) means "not Dask"
+        raise ParameterError(
+            f"the server at {address} answers, but not as a Dask scheduler ({exc.__class__.__name__})", _FIX
+        ) from exc
+    finally:
+        pool.shutdown(wait=False)
+    if not (isinstance(reply, dict) and reply.get("type") == "Scheduler"):
+        kind = reply.get("type") if isinstance(reply, dict) else type(reply).__name__
+        raise ParameterError(f"the server at {address} answers as a Dask {kind}, not as a scheduler", _FIX)
+
+
 def run_dask(work: list[tuple[Any, ...]], scheduler: str, n_jobs: int) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The pairs as Dask tasks, on a ``LocalCluster`` (``scheduler="local"``) or the cluster at a scheduler address."""
+    """The pairs as Dask tasks, on a ``LocalCluster`` (``scheduler="local"``) or the cluster at a scheduler address.
+
+    An address must answer Dask's handshake within ``HANDSHAKE_SECONDS`` and show a worker within ``WORKER_SECONDS``,
+    else a :class:`ParameterError` says so (never a table stuck at 0/N).
+    """
+    import asyncio
+
+    check_scheduler(scheduler)
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError as exc:
@@ -43,19 +125,27 @@ def run_dask(work: list[tuple[Any, ...]], scheduler: str, n_jobs: int) -> Iterat
             "a Dask scheduler was asked for, but dask.distributed is not installed",
             "pip install 'dask[distributed]' (or drop --scheduler to use local processes)",
         ) from exc
+    if scheduler != "local":
+        check_scheduler_answers(scheduler, HANDSHAKE_SECONDS)
     cluster = (
         LocalCluster(n_workers=n_jobs, threads_per_worker=1, processes=True, dashboard_address=None)
         if scheduler == "local"
         else None
     )
     try:
-        client = Client(cluster if cluster is not None else scheduler, timeout="20s")
-    except OSError as exc:
-        raise ParameterError(
-            f"cannot reach the Dask scheduler at {scheduler} ({exc})",
-            "check the address (tcp://host:8786) and that the scheduler runs",
-        ) from exc
+        client = Client(cluster if cluster is not None else scheduler, timeout=f"{HANDSHAKE_SECONDS:g}s")
+    except (OSError, TimeoutError, asyncio.TimeoutError) as exc:
+        if cluster is not None:
+            cluster.close()
+        raise ParameterError(f"cannot reach the Dask scheduler at {scheduler} ({exc})", _FIX) from exc
     try:
+        try:
+            client.wait_for_workers(1, timeout=WORKER_SECONDS)
+        except (TimeoutError, asyncio.TimeoutError) as exc:
+            raise ParameterError(
+                f"the Dask scheduler at {scheduler} has no worker after {WORKER_SECONDS:g} s",
+                "start workers for it (dask worker tcp://host:8786), or drop --scheduler to use local processes",
+            ) from exc
         futures = [client.submit(_pid_values, *args, pure=False) for args in work]
         for future in as_completed(futures):
             yield future.result()
