@@ -34,7 +34,9 @@ def pair_values(
     values: dict[str, Any] = {"rows": int(before.shape[0]), "cols": int(before.shape[1])}
     for dim in range(settings.maxdim + 1):
         for p in settings.orders:
-            values[columns.wasserstein(dim, p)] = wasserstein(dgm_a[dim], dgm_b[dim], p, settings.solver)
+            values[columns.wasserstein(dim, p)] = wasserstein(
+                dgm_a[dim], dgm_b[dim], p, settings.solver, internal_p=settings.internal_p
+            )
         if settings.bottleneck:
             values[columns.bottleneck(dim)] = bottleneck(dgm_a[dim], dgm_b[dim])
         values[columns.diagram_size(dim, "before")] = int(len(dgm_a[dim]))

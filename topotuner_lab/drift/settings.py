@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from topotuner_lab._io.config import NON_NEGATIVE_INT, Check, Config, is_real, opt, optional
+from topotuner_lab._io.errors import ParameterError
 from topotuner_lab.drift import columns
 from topotuner_lab.topology.distances import SOLVERS, Solver
 from topotuner_lab.topology.persistence import AT_LEAST_3_ROWS, METRICS, Metric, PersistenceSettings
@@ -18,6 +19,14 @@ ORDERS = Check(
     "a non-empty tuple of Wasserstein orders, each a finite number >= 1 (e.g. orders=(1, 2))",
 )
 SUBSAMPLE = optional(AT_LEAST_3_ROWS)
+GROUND = Check(lambda v: is_real(v) and v >= 1 or v == float("inf"), "a number >= 1, or inf")
+#: named recipes: the lab's defaults, and the authors' reference scripts (FDataLab/TopoTuner): Vietoris–Rips on the
+#: cosine distance between rows, H0 only, Wasserstein-1 with gudhi's default ground metric (internal_p = inf); their
+#: per-kind ranking is a card's per-kind budget (``--per-kind``)
+RECIPES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "reference": {"maxdim": 0, "metric": "cosine", "orders": (1.0,), "bottleneck": False, "internal_p": float("inf")},
+}
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,24 @@ class DriftSettings(Config):
     n_perm: int | None = opt(None, "greedy subsample size for H1 (approximate; default: all rows)", check=SUBSAMPLE)
     seed: int = opt(0, "start point of the greedy subsample", check=NON_NEGATIVE_INT)
     magnitude: bool = opt(True, "also the magnitude baselines (the magnitude control card needs them)")
+    internal_p: float = opt(
+        2.0,
+        "ground metric of the Wasserstein distance in the birth-death plane: 2 (Euclidean, persim) or inf (gudhi's "
+        "default, the authors' scripts)",
+        check=GROUND,
+    )
+
+    @classmethod
+    def recipe(cls, name: str) -> DriftSettings:
+        """The settings of a named recipe (:data:`RECIPES`): ``default`` or ``reference`` (the authors' scripts)."""
+        if name not in RECIPES:
+            raise ParameterError(f"unknown drift recipe {name!r}", f"use one of {', '.join(RECIPES)}")
+        return cls(**RECIPES[name])
+
+    @property
+    def recipe_name(self) -> str:
+        """The recipe these settings are, or ``custom``."""
+        return next((name for name in RECIPES if self == DriftSettings.recipe(name)), "custom")
 
     def persistence(self, n_threads: int = 1) -> PersistenceSettings:
         """The diagram settings these drift settings imply (threads do not change a diagram)."""
@@ -57,6 +84,8 @@ class DriftSettings(Config):
         key = {**asdict(self), "orders": [float(p) for p in self.orders], "v": CACHE_VERSION}
         if self.magnitude:  # the default, and the only behaviour before the switch: earlier cache entries stay valid
             del key["magnitude"]
+        if self.internal_p == 2.0:  # likewise: the only ground metric before the setting
+            del key["internal_p"]
         return key
 
     @classmethod
