@@ -480,3 +480,52 @@ def test_a_real_scheduler_passes_and_one_without_workers_is_refused(tiny_snapsho
             drift_table(
                 tiny_snapshot, noisy, settings, n_jobs=1, cache=DriftCache(None), scheduler=empty.scheduler_address
             )
+
+
+# ---------------------------------------------------------------- `finetune --data-source`: malformed data files
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        pytest.param(
+            b"sentence\tlabel\ngood \xff\xfe film\t1\nbad\t0\n",
+            "is not UTF-8 text (byte 0xff on line 2)",
+            id="non-utf8",
+        ),
+        pytest.param(b"", "is empty", id="empty"),
+        pytest.param(b"\n\r\n", "is empty", id="blank-lines"),
+        pytest.param(b"sentence\tlabel\n", "holds a header but no rows", id="header-only"),
+        pytest.param(b"sentence\tlabel\ngood\t1\nbad\t0\textra\n", "line 3 of data file", id="extra-field"),
+        pytest.param(np.random.default_rng(7).bytes(300), "is not UTF-8 text", id="random-bytes"),
+        pytest.param(b"sentence\tlabel\ngood\t\nbad\t\n", "holds no example with both", id="no-labels"),
+    ],
+)
+def test_malformed_data_files_are_one_line_errors(capsys, tmp_path, data_folder, content, message):
+    (data_folder / "sst2" / "train.tsv").write_bytes(content)
+    argv = ["finetune", "--model", "tiny-llama", "--data-source", data_folder, "-o", tmp_path / "run", *QUICK]
+    code, err = run_cli(capsys, *argv)
+    lines = err.splitlines()  # datasets' progress bars may come first
+    error = next(i for i, line in enumerate(lines) if line.startswith("error: "))
+    assert code == 2 and "train.tsv" in lines[error] and message in lines[error]
+    assert lines[error + 1].startswith("  How to fix: ") and len(lines) == error + 2
+    assert not (tmp_path / "run" / "results.json").exists()
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        pytest.param(b"", "is empty", id="empty"),
+        pytest.param(b'{"question": "q", "answer": "#### 1"}\nnot json\n', "line 2 of data file", id="not-json"),
+        pytest.param(b"[1, 2]\n", "line 1 of data file", id="not-an-object"),
+        pytest.param(b"\xff\xfe{}\n", "is not UTF-8 text", id="non-utf8"),
+    ],
+)
+def test_malformed_jsonl_files_are_task_errors(data_folder, content, message):
+    from topotuner_lab._io.errors import TaskError
+    from topotuner_lab.tasks.specs import load_task
+
+    (data_folder / "gsm8k" / "test.jsonl").write_bytes(content)
+    with pytest.raises(TaskError, match="test.jsonl") as info:
+        load_task("gsm8k", "test", 2, 0, str(data_folder))
+    assert message in info.value.problem

@@ -7,6 +7,7 @@ Local copies are looked up in ``$TOPOTUNER_DATA`` or the ``shared/data`` folder 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -91,7 +92,61 @@ def get_task(name: str) -> TaskSpec:
     return TASKS[name]
 
 
+def _text_of(path: Path) -> str:
+    """The file's text; a file that is not UTF-8 is a :class:`TaskError` naming the first bad byte and its line."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise TaskError(
+            f"data file {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line})",
+            "save it as UTF-8 (e.g. iconv -f latin1 -t utf-8), or point --data-source at the right folder",
+        ) from exc
+
+
+def _lines(path: Path) -> list[tuple[int, str]]:
+    """The non-blank lines of a UTF-8 file with their numbers (from 1); an empty file is a :class:`TaskError`."""
+    lines = [(n, line.rstrip("\r")) for n, line in enumerate(_text_of(path).split("\n"), start=1)]
+    lines = [(n, line) for n, line in lines if line]
+    if not lines:
+        raise TaskError(f"data file {path} is empty", "give a file with one example per line")
+    return lines
+
+
+def _check_tsv(spec: TaskSpec, path: Path, header: bool) -> None:
+    """Refuse a TSV the reader would fail on: not UTF-8, empty, a header without rows, a row of another width."""
+    lines = _lines(path)
+    width = len(lines[0][1].split("\t")) if header else 2
+    layout = "a header line, then" if header else "no header;"
+    fix = f"give {path.name} as UTF-8 text with {layout} one example per line: {width} tab-separated fields"
+    if header and len(lines) == 1:
+        raise TaskError(f"data file {path} holds a header but no rows", fix)
+    for number, line in lines[1:] if header else lines:
+        fields = line.count("\t") + 1
+        if fields != width:
+            raise TaskError(
+                f"line {number} of data file {path} has {fields} tab-separated field(s), not {width}"
+                + (" as its header" if header else ""),
+                fix + " (a tab inside the text splits it)",
+            )
+
+
+def _check_jsonl(path: Path) -> None:
+    """Refuse a JSON-lines file the reader would fail on: not UTF-8, empty, a line that is not a JSON object."""
+    for number, line in _lines(path):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict):
+            raise TaskError(
+                f"line {number} of data file {path} is not a JSON object", "give one JSON object per line (JSONL)"
+            )
+
+
 def _read_local(spec: TaskSpec, path: Path) -> Any:
+    """A local data file as a ``datasets.Dataset``, checked first so that a malformed file is a clear TaskError."""
     import datasets
 
     if not path.is_file():
@@ -99,15 +154,25 @@ def _read_local(spec: TaskSpec, path: Path) -> Any:
             f"data file {path} for task {spec.name!r} does not exist",
             "check TOPOTUNER_DATA / the shared data folder, or pass source='hub'",
         )
+    headerless = spec.name == "agnews"  # TSV without header: text, label name
     if path.suffix == ".jsonl":
-        ds = datasets.load_dataset("json", data_files=str(path), split="train")
-    elif spec.name == "agnews":  # TSV without header: text, label name
-        ds = datasets.load_dataset(
-            "csv", data_files=str(path), delimiter="\t", column_names=["text", "label"], quoting=3, split="train"
-        )
+        _check_jsonl(path)
+        kwargs: dict[str, Any] = {"path": "json"}
     else:
-        ds = datasets.load_dataset("csv", data_files=str(path), delimiter="\t", quoting=3, split="train")
-    return ds
+        _check_tsv(spec, path, header=not headerless)
+        kwargs = {"path": "csv", "delimiter": "\t", "quoting": 3}
+        if headerless:
+            kwargs["column_names"] = ["text", "label"]
+    try:
+        return datasets.load_dataset(data_files=str(path), split="train", **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the reader's own errors (pyarrow, pandas) become one clear line
+        cause = exc.__cause__ or exc
+        reason = (str(cause).strip().splitlines() or [""])[0][:200]
+        raise TaskError(
+            f"data file {path} cannot be read as {kwargs['path'].upper()} ({cause.__class__.__name__}: {reason})",
+            "check the file: UTF-8 text, one example per line"
+            + (", tab-separated" if kwargs["path"] == "csv" else ", each a JSON object"),
+        ) from exc
 
 
 def _check_columns(spec: TaskSpec, ds: Any, where: str) -> None:
@@ -174,6 +239,11 @@ def load_task(
         ds, where = _read_local(spec, path), str(path)
     _check_columns(spec, ds, where)
     ds = ds.filter(lambda row: row[spec.text_column] is not None and row[spec.label_column] is not None)
+    if len(ds) == 0:
+        raise TaskError(
+            f"{where} holds no example with both {spec.text_column!r} and {spec.label_column!r}",
+            "give a file with at least one complete example",
+        )
     if n is not None and n < len(ds):
         ds = ds.shuffle(seed=seed).select(range(n))
 
