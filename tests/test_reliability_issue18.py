@@ -529,3 +529,28 @@ def test_malformed_jsonl_files_are_task_errors(data_folder, content, message):
     with pytest.raises(TaskError, match="test.jsonl") as info:
         load_task("gsm8k", "test", 2, 0, str(data_folder))
     assert message in info.value.problem
+
+
+# ---------------------------------------------------------------- Python API: drift_table given a path
+
+
+@pytest.mark.parametrize(
+    "which, given, message",
+    [
+        pytest.param("after", "path.safetensors", "after is a path ('path.safetensors'), not a Snapshot", id="str"),
+        pytest.param("before", Path("pre.safetensors"), "before is a path ('pre.safetensors')", id="pathlib"),
+        pytest.param("after", {"L0.q": np.zeros((2, 2))}, "after is a dict, not a Snapshot", id="dict"),
+        pytest.param("before", None, "before is a NoneType, not a Snapshot", id="none"),
+    ],
+)
+def test_drift_table_refuses_what_is_not_a_snapshot(tiny_snapshot, which, given, message):
+    from topotuner_lab.drift.cache import DriftCache
+    from topotuner_lab.drift.compute import drift_table
+
+    args = (given, tiny_snapshot) if which == "before" else (tiny_snapshot, given)
+    with pytest.raises(ParameterError) as info:
+        drift_table(*args, n_jobs=1, cache=DriftCache(None))
+    assert message in info.value.problem
+    assert ("load_snapshot(" in info.value.fix) and (
+        not isinstance(given, (str, Path)) or repr(str(given)) in info.value.fix
+    )

@@ -9,6 +9,7 @@ instant and an interrupted run resumes where it stopped).
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import numpy as np
@@ -87,6 +88,21 @@ def drift_between(
     return pd.DataFrame([_with_id(pid, values[pid]) for pid in pids])
 
 
+def _check_snapshot(name: str, given: object) -> None:
+    """Refuse anything but a :class:`Snapshot` (a path is the usual slip: say how to load it)."""
+    if isinstance(given, Snapshot):
+        return
+    if isinstance(given, (str, os.PathLike)):
+        raise ParameterError(
+            f"drift_table's {name} is a path ({os.fspath(given)!r}), not a Snapshot",
+            f"load it first: drift_table(..., load_snapshot({os.fspath(given)!r}), ...) or extract_snapshot(model)",
+        )
+    raise ParameterError(
+        f"drift_table's {name} is a {type(given).__name__}, not a Snapshot",
+        "pass snapshots from load_snapshot(path) or extract_snapshot(model)",
+    )
+
+
 def drift_table(
     before: Snapshot,
     after: Snapshot,
@@ -105,6 +121,8 @@ def drift_table(
     The table's ``attrs`` record both models, the pretrained weight hash (``before_hash``, checked when a
     card is built from the table) and the settings; Parquet keeps them, CSV does not.
     """
+    for name, given in (("before", before), ("after", after)):
+        _check_snapshot(name, given)
     check_comparable(before, after, allow_other_base=allow_other_base)
     table = drift_between(before.matrices, after.matrices, settings, **kwargs)
     table.attrs.update(
