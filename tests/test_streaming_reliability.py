@@ -429,6 +429,29 @@ def test_an_index_naming_the_wrong_shard_or_missing_a_tensor_is_refused(tmp_path
         stream_snapshot(folder, tmp_path / "s.safetensors")
 
 
+def test_an_index_leaving_out_a_whole_shard_is_refused(tmp_path):
+    tiny().save_pretrained(tmp_path / "ckpt", max_shard_size="10KB")  # about one tensor per shard
+    folder = tmp_path / "ckpt"
+    index = index_of(folder)
+    lone = next(
+        n
+        for n, s in index["weight_map"].items()
+        if "self_attn" in n and list(index["weight_map"].values()).count(s) == 1
+    )
+    del index["weight_map"][lone]
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(InputFileError, match="does not list"):
+        stream_snapshot(folder, tmp_path / "s.safetensors")
+
+
+@pytest.mark.parametrize("drop", ["model.layers.0.self_attn.k_proj.weight", "model.layers.1.self_attn.o_proj.weight"])
+def test_a_checkpoint_missing_a_projection_is_refused(tmp_path, base, drop):
+    folder, _ = base
+    rewrite(folder / "model.safetensors", lambda t: t.pop(drop))
+    with pytest.raises(InputFileError, match=r"missing \['L[01]\.[ko]'\]"):
+        stream_snapshot(folder, tmp_path / "s.safetensors")
+
+
 # --- case 8: only float weights (or properly dequantized FP8); shapes must fit the config -----------------------------
 
 

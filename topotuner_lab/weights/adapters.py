@@ -90,6 +90,18 @@ def _check_config(raw: dict[str, Any], where: Path) -> None:
         pattern = raw.get(name) or {}
         if not isinstance(pattern, dict) or not all(isinstance(k, str) and ok(v) for k, v in pattern.items()):
             raise bad(f"{name} is {pattern!r}, not an object of module pattern -> number")
+    names = lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+    numbers = lambda v: isinstance(v, int) or (isinstance(v, list) and all(isinstance(x, int) for x in v))
+    if not names(raw.get("target_modules")) or not raw.get("target_modules"):
+        raise bad(f"target_modules is {raw.get('target_modules')!r}, not the names of the adapted modules")
+    for name, ok in (
+        ("exclude_modules", names),
+        ("modules_to_save", names),
+        ("layers_pattern", names),
+        ("layers_to_transform", numbers),
+    ):
+        if raw.get(name) is not None and not ok(raw[name]):
+            raise bad(f"{name} is {raw[name]!r}, not {'module names' if ok is names else 'layer numbers'}")
     for name in ("use_rslora", "use_dora", "fan_in_fan_out"):
         if not isinstance(raw.get(name, False), bool):
             raise bad(f"{name} is {raw.get(name)!r}, not true or false")
@@ -173,14 +185,37 @@ class LoraAdapter:
             self._check_shapes(module)
             modules[module.param] = module
         self._check_complete(set(modules), base_params.values())
+        self._check_saved_whole({key for key, module in by_key.items() if module.replacement})
         return modules
+
+    def _saved_whole(self, key: str) -> bool:
+        """True for a module the adapter's config saves whole (``modules_to_save``, matched as peft matches it)."""
+        return any(re.match(rf"(^|.*\.){m}($|\..*)", key) for m in self.config.modules_to_save or [])
+
+    def _check_saved_whole(self, saved: set[str]) -> None:
+        """Refuse an adapter whose ``modules_to_save`` names a base weight it does not store (peft refuses it too)."""
+        for name in self.base.files:
+            key = name.removesuffix(".weight")
+            if name.endswith(".weight") and self._saved_whole(key):
+                if not any(k == key or k.endswith(f".{key}") or key.endswith(f".{k}") for k in saved):
+                    raise InputFileError(
+                        f"adapter {self.folder}'s config saves {key} whole (modules_to_save) but its weights file "
+                        "does not hold it (an incomplete or damaged adapter)",
+                        "save the adapter again with peft's save_pretrained",
+                    )
 
     def _check_complete(self, adapted: set[str], params: Any) -> None:
         """Refuse an adapter whose config targets an attention weight for which it stores no tensors."""
         from peft.tuners.tuners_utils import check_target_module_exists
 
         for param in params:
-            if param not in adapted and check_target_module_exists(self.config, param.removesuffix(".weight")):
+            try:
+                targeted = check_target_module_exists(self.config, param.removesuffix(".weight"))
+            except (re.error, TypeError, ValueError) as exc:
+                raise InputFileError(
+                    f"peft cannot match the adapter config of {self.folder} ({exc})", _MERGE_WITH_PEFT
+                ) from exc
+            if param not in adapted and targeted:
                 raise InputFileError(
                     f"adapter {self.folder}'s config targets {param.removesuffix('.weight')} but its weights file has "
                     "no tensors for it (an incomplete or damaged adapter)",
@@ -196,8 +231,7 @@ class LoraAdapter:
                 raise InputFileError(
                     f"adapter tensor {name} is {self.tensors.dtypes[name]}, not float", _MERGE_WITH_PEFT
                 )
-        saved = any(re.match(rf"(^|.*\.){m}($|\..*)", module.key) for m in self.config.modules_to_save or [])
-        if module.replacement and (module.lora or not saved):
+        if module.replacement and (module.lora or not self._saved_whole(module.key)):
             raise InputFileError(
                 f"adapter {self.folder} holds a full weight {module.replacement} for a module its config does not "
                 "save whole (modules_to_save)",
@@ -254,7 +288,7 @@ class LoraAdapter:
                     raise ValueError(f"tensors missing: {missing[:3]}, not used: {loaded.unexpected_keys[:3]}")
                 with torch.no_grad():
                     layer.merge()
-        except (ValueError, TypeError, KeyError, AttributeError, RuntimeError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, RuntimeError, re.error) as exc:
             raise InputFileError(
                 f"peft cannot merge adapter {self.folder} into {module.param} ({exc.__class__.__name__}: {exc})",
                 _MERGE_WITH_PEFT,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ SINGLE = "model.safetensors"
 FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
 FP8_DTYPES = frozenset({"F8_E4M3", "F8_E5M2"})
 _RESAVE = "re-save the model with save_pretrained (or re-download the checkpoint)"
+_SHARD = re.compile(r"^(.*)-\d+-of-(\d+)\.safetensors$")  # save_pretrained's shard names
 
 
 def read_json(path: Path, what: str, kind: type = dict) -> Any:
@@ -70,6 +72,7 @@ class Checkpoint:
                 raise InputFileError(f"{folder / INDEX} lists shards that are missing: {missing[:3]}", _RESAVE)
             checkpoint = cls.of_files(folder, [folder / s for s in sorted(set(weight_map.values()))], config)
             checkpoint._check_index(weight_map)
+            _check_unlisted_shards(folder, set(weight_map.values()))
             return checkpoint
         if (folder / SINGLE).is_file():
             return cls.of_files(folder, [folder / SINGLE], config)
@@ -165,6 +168,18 @@ class Checkpoint:
                 f"{tuple(scales.shape)} ({exc})",
                 _RESAVE,
             ) from exc
+
+
+def _check_unlisted_shards(folder: Path, listed: set[str]) -> None:
+    """Refuse a shard of the index's own series (``model-00003-of-00004``) that the index does not list."""
+    series = {m.groups() for m in map(_SHARD.match, listed) if m}
+    stray = sorted(
+        p.name
+        for p in folder.glob("*.safetensors")
+        if p.name not in listed and (m := _SHARD.match(p.name)) is not None and m.groups() in series
+    )
+    if stray:
+        raise InputFileError(f"{folder} holds shards {stray[:3]} that its index {INDEX} does not list", _RESAVE)
 
 
 def _weight_map(index: Path) -> dict[str, str]:

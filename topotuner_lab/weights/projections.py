@@ -185,14 +185,25 @@ def projections_in(named_shapes: Iterable[tuple[str, tuple[int, ...]]], mtype: s
     return found
 
 
+def _config_ints(config: dict[str, Any]) -> dict[str, int]:
+    """The positive whole numbers of a model config (of its ``text_config`` for a multimodal model)."""
+    text = config.get("text_config")
+    cfg = text if isinstance(text, dict) else config
+    return {k: v for k, v in cfg.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+
+
+def expected_layers(config: dict[str, Any]) -> int | None:
+    """The language model's layer count under a model config (``config.json``); None if it does not say."""
+    ints = _config_ints(config)
+    return ints.get("num_hidden_layers", ints.get("n_layer"))
+
+
 def expected_shape(config: dict[str, Any], mtype: str, kind: str) -> tuple[int, int] | None:
     """The (out x in) shape a ``kind`` projection has under a model config (``config.json``); None if it cannot tell.
 
     A multimodal config's ``text_config`` describes the language model.
     """
-    text = config.get("text_config")
-    cfg = text if isinstance(text, dict) else config
-    ints = {k: v for k, v in cfg.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+    ints = _config_ints(config)
     if mtype == "gpt2":
         return (ints["n_embd"], ints["n_embd"]) if "n_embd" in ints else None
     hidden, heads = ints.get("hidden_size"), ints.get("num_attention_heads")

@@ -30,7 +30,7 @@ from topotuner_lab._io.atomic import atomic_path
 from topotuner_lab._io.errors import InputFileError, ModelLoadError, ParameterError, SnapshotMismatchError
 from topotuner_lab.weights.adapters import LoraAdapter, is_adapter, needs_base_error
 from topotuner_lab.weights.checkpoint import INDEX, SINGLE, Checkpoint
-from topotuner_lab.weights.projections import Projection, expected_shape, projections_in
+from topotuner_lab.weights.projections import KINDS, Projection, expected_layers, expected_shape, projections_in
 from topotuner_lab.weights.snapshot import (
     FORMAT,
     LEGACY_FORMATS,
@@ -69,6 +69,15 @@ def _plan(checkpoint: Checkpoint) -> tuple[list[Projection], dict[str, tuple[int
                 _RESAVE,
             )
         shapes[proj.pid] = (int(rows), int(cols))
+    layers = expected_layers(checkpoint.config) or 1 + max(p.layer for p in projections)
+    missing = [f"L{i}.{k}" for i in range(layers) for k in KINDS if f"L{i}.{k}" not in shapes]
+    extra = [pid for pid in shapes if int(pid[1:].split(".")[0]) >= layers]
+    if missing or extra:
+        raise InputFileError(
+            f"{checkpoint.folder} does not hold the attention projections of its {layers} layers: "
+            + (f"missing {missing[:4]}" if missing else f"extra {extra[:4]}"),
+            _RESAVE,
+        )
     return projections, shapes
 
 
