@@ -554,3 +554,61 @@ def test_drift_table_refuses_what_is_not_a_snapshot(tiny_snapshot, which, given,
     assert ("load_snapshot(" in info.value.fix) and (
         not isinstance(given, (str, Path)) or repr(str(given)) in info.value.fix
     )
+
+
+# ---------------------------------------------------------------- a killed `accelerate` rank: the survivor's message
+
+
+def _ranks_of(run: Path) -> dict[int, int]:
+    """LOCAL_RANK -> pid of the finetune processes writing to ``run`` (read from /proc)."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline, environ = (proc / "cmdline").read_bytes(), (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if proc.name.isdigit() and b"topotuner_lab.cli" in cmdline and str(run).encode() in cmdline:
+            for entry in environ.split(b"\0"):
+                if entry.startswith(b"LOCAL_RANK="):
+                    found[int(entry.split(b"=")[1])] = int(proc.name)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the ranks through /proc")
+def test_the_surviving_rank_of_a_killed_accelerate_run_says_a_peer_died(tmp_path):
+    import os
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    launch = [str(Path(sys.executable).parent / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2"]
+    launch += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "topotuner_lab.cli"]
+    finetune = ["finetune", "--model", "tiny-llama", "--method", "full", "--task", "sst2", "-o", str(run)]
+    finetune += ["--epochs", "100", "--n-train", "32", "--batch-size", "4", "--n-test", "4", "--n-ood", "4"]
+    finetune += ["--n-ppl", "2", "--max-length", "32"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([*launch, *finetune], stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(run.glob("checkpoint-*")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)  # the first epoch checkpoint: both ranks train in one process group
+        ranks = _ranks_of(run)
+        assert proc.poll() is None and 1 in ranks, "the run did not reach its first epoch"
+        os.kill(ranks[1], signal.SIGKILL)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode != 0 and "internal error" not in err
+    assert "error: rank 0 of 2: a peer process of this distributed run died or stopped answering" in err
+    assert "run the same accelerate launch command again" in err
+
+
+def test_a_lone_process_keeps_its_own_errors():
+    from topotuner_lab.training.finetune import peer_loss_reported
+
+    with pytest.raises(RuntimeError, match="Connection reset by peer"):  # no process group: not a peer's death
+        with peer_loss_reported():
+            raise RuntimeError("[pair.cc:537] Read error: Connection reset by peer")

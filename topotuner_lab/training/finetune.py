@@ -7,17 +7,20 @@ epoch, memory and the seeds. Checkpoints are saved each epoch, so a stopped run 
 
 from __future__ import annotations
 
+import contextlib
+import re
 import shutil
 import time
 import warnings
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from transformers import TrainerCallback
 
-from topotuner_lab._io.errors import ProfileError
+from topotuner_lab._io.errors import ProfileError, TopoTunerError
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.tasks.specs import get_task
 from topotuner_lab.training.callbacks import EpochClock, EpochEvaluation
@@ -70,6 +73,41 @@ def _callbacks(
     if cfg.eval_each_epoch:
         callbacks.append(EpochEvaluation(lambda m: score(m, test)))
     return callbacks, threshold
+
+
+class PeerProcessError(TopoTunerError):
+    """Another process of a distributed (``accelerate launch``) run died or stopped answering."""
+
+
+#: how gloo and NCCL report a peer that went away (killed, crashed, out of memory)
+_PEER_LOST = re.compile(r"connection (?:reset|closed) by peer|broken pipe|socket timeout|gloo|nccl", re.IGNORECASE)
+
+
+def _world() -> tuple[int, int] | None:
+    """``(rank, world size)`` of this process when it is one of several in a process group, else None."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
+@contextlib.contextmanager
+def peer_loss_reported() -> Iterator[None]:
+    """Turn a collective's failure after a peer process died into a :class:`PeerProcessError` (one line)."""
+    try:
+        yield
+    except RuntimeError as exc:
+        world = _world()
+        if world is None or not _PEER_LOST.search(str(exc)):
+            raise
+        detail = re.sub(r"^\[[^\]]*\]\s*", "", str(exc).strip()).splitlines()[0].split(". ")[0][:160]
+        raise PeerProcessError(
+            f"rank {world[0]} of {world[1]}: a peer process of this distributed run died or stopped answering "
+            f"({detail})",
+            "see the other ranks' output for why it stopped (killed, out of memory), then run the same accelerate "
+            "launch command again: it resumes from the last epoch checkpoint",
+        ) from exc
 
 
 def _tidy_checkpoints(out: Path) -> None:
@@ -144,9 +182,10 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
     callbacks, threshold = _callbacks(cfg, card, score, data.test)
     trainer = build_trainer(model, tokenizer, cfg, data, callbacks)
     resume = last_checkpoint(out) if cfg.save_checkpoints else None
-    with PeakMemory() as memory:
-        trainer.train(resume_from_checkpoint=resume)
-    results = collect_results(trainer, cfg, loaded, data, score, score_ood, before)
+    with peer_loss_reported():
+        with PeakMemory() as memory:
+            trainer.train(resume_from_checkpoint=resume)
+        results = collect_results(trainer, cfg, loaded, data, score, score_ood, before)
     results.update(info)  # type: ignore[typeddict-item]
     results["requested_counts"] = capped
     results["resumed_from"] = resume
