@@ -19,12 +19,14 @@ SCRIPTS = (
     "bench_8b_shape.py",
     "bench_h1_options.py",
     "bench_finetune.py",
+    "bench_generation.py",
 )
 TARGETS = """Targets (issues 7 and 12), as ratios on this 2-core machine: exact H0 within 2x of the float64
 distance-matrix floor and >= 3x faster than ripser.py at n >= 1024; whole SmolLM2-135M drift table (H0+H1) >= 5x
 faster than the straightforward serial pipeline cold and < 1 s warm; profile fine-tuning >= 20% faster per epoch than
 full FT and not slower than LoRA at a matched budget; 8B-shape extraction <= 1.5 GB peak RSS and an H0 drift table of
-all 32 layers under 5 minutes (extrapolated). The machine is noisy: read medians and ratios, not single times.
+all 32 layers under 5 minutes (extrapolated); batched greedy generation >= 4x one row at a time at batch 16 (issue
+20). The machine is noisy: read medians and ratios, not single times.
 """
 
 

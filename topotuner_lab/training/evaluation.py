@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
 
 from topotuner_lab.tasks.specs import final_number
+
+#: where a GSM8K answer ends: the model starting the next question
+GSM8K_STOP: tuple[str, ...] = ("\nQuestion:", "\n\n\n")
 
 
 def encode(tokenizer: Any, prompt: str, target: str = "", max_length: int = 128) -> tuple[list[int], list[int]]:
@@ -108,21 +111,34 @@ def classification_accuracy(
 
 @torch.no_grad()
 def gsm8k_correct(
-    model: torch.nn.Module, tokenizer: Any, dataset: Any, *, max_new_tokens: int = 128, max_length: int = 256
+    model: torch.nn.Module,
+    tokenizer: Any,
+    dataset: Any,
+    *,
+    max_new_tokens: int = 128,
+    max_length: int = 256,
+    batch_size: int = 16,
 ) -> np.ndarray:
-    """Per row, whether the final number of the greedy answer equals the reference's (a boolean array)."""
-    model.eval()
-    hits = []
-    for row in dataset:
-        prompt_ids, _ = encode(tokenizer, row["prompt"], "", max_length)
-        generated = cast(Any, model).generate(  # a transformers model: generate is not on torch.nn.Module
-            torch.tensor([prompt_ids]),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
-        )
-        answer = tokenizer.decode(generated[0, len(prompt_ids) :], skip_special_tokens=True)
-        hits.append(final_number(answer) is not None and final_number(answer) == final_number(row["target"]))
+    """Per row, whether the final number of the greedy answer equals the reference's (a boolean array).
+
+    Answers are generated in batches (:func:`topotuner_lab.training.generation.generate`) and end at the next
+    ``Question:``, so the number read is the answer's own, not one of a question the model goes on to invent.
+    """
+    from topotuner_lab.training.generation import generate
+
+    answers = generate(
+        model,
+        tokenizer,
+        list(dataset["prompt"]),
+        max_new_tokens=max_new_tokens,
+        stop=GSM8K_STOP,
+        batch_size=batch_size,
+        max_length=max_length,
+    )
+    hits = [
+        final_number(answer) is not None and final_number(answer) == final_number(target)
+        for answer, target in zip(answers, dataset["target"])
+    ]
     return np.asarray(hits, dtype=bool)
 
 
