@@ -8,6 +8,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -60,17 +61,26 @@ def _options(command: str) -> dict[str, object]:
     return {action.dest: action for action in sub.choices[command]._actions}
 
 
+MINIMAL = {
+    "drift": (["drift", "a", "b", "-o", "t.parquet"], DriftSettings()),
+    "perturb": (["perturb", "s", "-o", "n.safetensors"], PerturbSettings()),
+    "profile": (["profile", "t", "--pretrained", "p", "--prior-task", "x", "--count", "1", "-o", "c.json"], None),
+}
+
+
 @pytest.mark.parametrize(
     "command, config", [("drift", DriftSettings), ("perturb", PerturbSettings), ("profile", CardSettings)]
 )
 def test_cli_options_are_generated_from_the_settings(command: str, config: type[Config]) -> None:
+    from topotuner_lab.cli.options import config_from_args
+
     options = _options(command)
     for f in dataclasses.fields(config):  # type: ignore[arg-type]
         action = options[f.name]
         assert action.help and f.metadata["help"] in action.help  # type: ignore[attr-defined]
-        if f.default is not dataclasses.MISSING and not isinstance(f.default, bool):
-            default = action.default  # type: ignore[attr-defined]
-            assert (tuple(default) if isinstance(default, list) else default) == f.default, f.name
+    argv, expected = MINIMAL[command]
+    expected = expected or CardSettings(prior_task="x", count=1)
+    assert config_from_args(config, build_parser().parse_args(argv)) == expected  # no option: the class defaults
 
 
 def test_cli_options_become_the_settings(tmp_path) -> None:
@@ -80,6 +90,9 @@ def test_cli_options_become_the_settings(tmp_path) -> None:
         ["drift", "a", "b", "-o", "t.parquet", "--maxdim", "0", "-p", "1", "3", "--no-magnitude"]
     )
     assert config_from_args(DriftSettings, args) == DriftSettings(maxdim=0, orders=(1.0, 3.0), magnitude=False)
+    args = build_parser().parse_args(["drift", "a", "b", "-o", "t.parquet", "--recipe", "reference", "--maxdim", "1"])
+    recipe = config_from_args(DriftSettings, args, base=DriftSettings.recipe(args.recipe))
+    assert recipe == replace(DriftSettings.recipe("reference"), maxdim=1)  # the recipe, less what was given
     args = build_parser().parse_args(
         ["profile", "t.parquet", "--pretrained", "p", "--prior-task", "sst2", "--budget", "2", "-o", "c.json"]
     )

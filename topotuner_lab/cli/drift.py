@@ -19,7 +19,7 @@ def _cmd_drift(args: argparse.Namespace) -> None:
 
     check_writable(args.output, "output table", suffixes=TABLE_SUFFIXES)
     refuse_overwrite({"first snapshot": args.before, "second snapshot": args.after}, {"output table": args.output})
-    settings = config_from_args(DriftSettings, args)
+    settings = config_from_args(DriftSettings, args, base=DriftSettings.recipe(args.recipe))
     jobs = check_jobs(args.jobs)
     check_scheduler(args.scheduler)
     cache = DriftCache(None) if args.no_cache else DriftCache(args.cache) if args.cache else DriftCache()
@@ -41,13 +41,20 @@ def _cmd_drift(args: argparse.Namespace) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``drift``: the settings' options, then where and how to compute."""
-    from topotuner_lab.drift.settings import DriftSettings
+    from topotuner_lab.drift.settings import RECIPES, DriftSettings
 
     dr = sub.add_parser("drift", help="drift table between two snapshots")
     dr.add_argument("before", help="pretrained snapshot")
     dr.add_argument("after", help="fine-tuned snapshot of the same model")
     dr.add_argument("-o", "--output", required=True, help="table to write: .parquet or .csv")
-    add_config_options(dr, DriftSettings)
+    dr.add_argument(
+        "--recipe",
+        default="default",
+        choices=tuple(RECIPES),
+        help="named settings: default, or reference (the authors' scripts: cosine rows, H0, W1, internal_p = inf); "
+        "options given beside it override its values (default: %(default)s)",
+    )
+    add_config_options(dr, DriftSettings, only_given=True)
     dr.add_argument(
         "-j", "--jobs", type=int, default=2, help="worker processes, capped at the core count (default: %(default)s)"
     )

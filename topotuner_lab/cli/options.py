@@ -38,10 +38,14 @@ def _value_type(hint: Any) -> Callable[[str], Any]:
     return hint if hint in (int, float, str) else str
 
 
-def add_config_options(parser: argparse.ArgumentParser, config: type[Config], *, skip: tuple[str, ...] = ()) -> None:
+def add_config_options(
+    parser: argparse.ArgumentParser, config: type[Config], *, skip: tuple[str, ...] = (), only_given: bool = False
+) -> None:
     """Add one option per field of ``config`` (those with ``cli=True``, less ``skip``).
 
-    Flags, type, default, choices and help come from the field itself (:func:`topotuner_lab._io.config.opt`).
+    Flags, type, default, choices and help come from the field itself (:func:`topotuner_lab._io.config.opt`). With
+    ``only_given`` an option left off the command line sets nothing, so :func:`config_from_args` takes that field
+    from its ``base`` (a recipe) instead of the class default.
     """
     hints = typing.get_type_hints(config)
     for f in dataclasses.fields(config):
@@ -51,9 +55,10 @@ def add_config_options(parser: argparse.ArgumentParser, config: type[Config], *,
         flags = meta.get("flags") or ("--" + f.name.replace("_", "-"),)
         help_text = meta.get("help", "")
         default = REQUIRED if f.default is dataclasses.MISSING else f.default
+        unset = argparse.SUPPRESS if only_given else default
         if isinstance(default, bool):
             action = "store_true" if default is False else argparse.BooleanOptionalAction
-            parser.add_argument(*flags, dest=f.name, action=action, default=default, help=help_text)
+            parser.add_argument(*flags, dest=f.name, action=action, default=unset, help=help_text)
             continue
         kwargs: dict[str, Any] = {
             "dest": f.name,
@@ -64,16 +69,19 @@ def add_config_options(parser: argparse.ArgumentParser, config: type[Config], *,
             kwargs["required"] = True
             kwargs["help"] = help_text
         else:
-            kwargs["default"] = default
-            kwargs["help"] = f"{help_text} (default: %(default)s)"
+            kwargs["default"] = unset
+            kwargs["help"] = f"{help_text} (default: {default})"
         if isinstance(default, tuple):
             kwargs["nargs"] = "+"
-            kwargs["default"] = list(default)
+            kwargs["default"] = unset if only_given else list(default)
             kwargs["help"] = f"{help_text} (default: {' '.join(f'{v:g}' for v in default)})"
         parser.add_argument(*flags, **kwargs)
 
 
-def config_from_args(config: type[C], args: argparse.Namespace) -> C:
-    """The settings the parsed options describe (each field checked as the class checks it)."""
-    names = [f.name for f in dataclasses.fields(config) if hasattr(args, f.name)]
-    return config.from_dict({name: getattr(args, name) for name in names})
+def config_from_args(config: type[C], args: argparse.Namespace, base: C | None = None) -> C:
+    """The settings the parsed options describe, each field checked as the class checks it.
+
+    Fields the options do not set come from ``base`` (e.g. a recipe), else the class defaults.
+    """
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(config) if hasattr(args, f.name)}
+    return config.from_dict({**(base.to_dict() if base is not None else {}), **given})
