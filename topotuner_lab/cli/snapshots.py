@@ -15,17 +15,20 @@ SNAPSHOT_SUFFIX = (".safetensors",)
 
 
 def _cmd_extract(args: argparse.Namespace) -> None:
+    from topotuner_lab.weights.adapters import is_adapter, needs_base_error
     from topotuner_lab.weights.extract import extract_snapshot
     from topotuner_lab.weights.models import load_model
     from topotuner_lab.weights.snapshot import save_snapshot, snapshot_metadata
-    from topotuner_lab.weights.streaming import is_adapter, is_streamable, stream_snapshot
+    from topotuner_lab.weights.streaming import is_streamable, stream_snapshot
 
     check_writable(args.output, "output snapshot", suffixes=SNAPSHOT_SUFFIX)
     refuse_overwrite(
         {"model": args.model if args.model and Path(args.model).exists() else None, "base checkpoint": args.base},
         {"output snapshot": args.output},
     )
-    if args.base is not None or (args.model is not None and (is_streamable(args.model) or is_adapter(args.model))):
+    if args.model is not None and args.base is None and is_adapter(args.model):
+        raise needs_base_error(Path(args.model))
+    if args.base is not None or (args.model is not None and is_streamable(args.model)):
         if args.model is None:
             raise ParameterError(
                 "--base needs the fine-tuned checkpoint, adapter or profile-run folder as MODEL",

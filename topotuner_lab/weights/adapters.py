@@ -12,6 +12,7 @@ projection of the base, or one whose tensors do not fit the base.
 from __future__ import annotations
 
 import copy
+import math
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -68,6 +69,21 @@ def needs_base_error(folder: Path) -> ModelLoadError:
     )
 
 
+def _number(value: Any) -> bool:
+    """True for a finite JSON number (not a boolean) that a float holds."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def _rank(value: Any) -> bool:
+    """True for a LoRA rank: a whole number >= 1 (not a boolean)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 2**31
+
+
 def _check_config(raw: dict[str, Any], where: Path) -> None:
     """Refuse configs that are not plain LoRA/DoRA, or whose merge fields have the wrong type."""
 
@@ -79,14 +95,11 @@ def _check_config(raw: dict[str, Any], where: Path) -> None:
             f"peft_type is {raw.get('peft_type')!r}; only LoRA (and DoRA) adapters are merged here", _MERGE_WITH_PEFT
         )
     rank, alpha = raw.get("r", 8), raw.get("lora_alpha", 8)
-    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+    if not _rank(rank):
         raise bad(f"r is {rank!r}, not a whole number >= 1")
-    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not np.isfinite(alpha):
+    if not _number(alpha):
         raise bad(f"lora_alpha is {alpha!r}, not a number")
-    for name, ok in (
-        ("rank_pattern", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1),
-        ("alpha_pattern", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
-    ):
+    for name, ok in (("rank_pattern", _rank), ("alpha_pattern", _number)):
         pattern = raw.get(name) or {}
         if not isinstance(pattern, dict) or not all(isinstance(k, str) and ok(v) for k, v in pattern.items()):
             raise bad(f"{name} is {pattern!r}, not an object of module pattern -> number")
@@ -320,6 +333,8 @@ def _skeleton(path: str, weight: Any, *, conv1d: bool, bias: bool) -> Any:
             layer = nn.Linear(weight.shape[1], weight.shape[0])
     layer.weight = nn.Parameter(weight, requires_grad=False)
     out_features = weight.shape[1] if conv1d else weight.shape[0]
-    layer.bias = nn.Parameter(weight.new_zeros(out_features), requires_grad=False) if bias else None
+    layer.register_parameter(
+        "bias", nn.Parameter(weight.new_zeros(out_features), requires_grad=False) if bias else None
+    )
     node.add_module(leaf, layer)
     return root
