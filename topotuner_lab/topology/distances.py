@@ -101,12 +101,16 @@ def _check_internal_p(internal_p: float) -> None:
         )
 
 
-def diagonal_factor(internal_p: float = 2.0) -> float:
-    """The L``q`` distance from a point to the diagonal per unit of persistence: ``2 ** (1 / q - 1)``.
+def to_diagonal(persistence: np.ndarray, internal_p: float = 2.0) -> np.ndarray:
+    """The L``q`` distance from points of the given persistence (death - birth) to the diagonal.
 
-    1/sqrt(2) for ``q = 2``, 1/2 for ``q = inf``, 1 for ``q = 1``.
+    ``persistence * 2 ** (1 / q - 1)``: persistence / sqrt(2) for ``q = 2`` (divided, to the last bit what the drift
+    tables always computed), half of it for ``q = inf``, all of it for ``q = 1``.
     """
-    return float(2.0 ** (1.0 / internal_p - 1.0))
+    values = np.abs(np.asarray(persistence, dtype=np.float64))
+    if internal_p == 2.0:
+        return values / np.sqrt(2.0)
+    return values * 2.0 ** (1.0 / internal_p - 1.0)
 
 
 def h0_wasserstein(deaths_a: np.ndarray, deaths_b: np.ndarray, p: float = 1.0, internal_p: float = 2.0) -> float:
@@ -118,8 +122,8 @@ def h0_wasserstein(deaths_a: np.ndarray, deaths_b: np.ndarray, p: float = 1.0, i
     _check_internal_p(internal_p)
     x = np.sort(np.asarray(deaths_a, dtype=np.float64))
     y = np.sort(np.asarray(deaths_b, dtype=np.float64))
-    diag_x = (np.abs(x) * diagonal_factor(internal_p)) ** p
-    diag_y = (np.abs(y) * diagonal_factor(internal_p)) ** p
+    diag_x = to_diagonal(x, internal_p) ** p
+    diag_y = to_diagonal(y, internal_p) ** p
     cum_y = np.concatenate([[0.0], np.cumsum(diag_y)])  # cost of sending y[:j] to the diagonal
     row = cum_y.copy()  # dp over x[:0]
     for i in range(x.size):
@@ -141,8 +145,8 @@ def assignment_wasserstein(a: np.ndarray, b: np.ndarray, p: float = 1.0, interna
     cost = np.full((n + m, m + n), np.inf)
     gaps = np.stack([a[:, None, 0] - b[None, :, 0], a[:, None, 1] - b[None, :, 1]], axis=-1)
     cost[:n, :m] = np.linalg.norm(gaps, ord=internal_p, axis=-1) ** p
-    cost[np.arange(n), m + np.arange(n)] = (np.abs(a[:, 1] - a[:, 0]) * diagonal_factor(internal_p)) ** p
-    cost[n + np.arange(m), np.arange(m)] = (np.abs(b[:, 1] - b[:, 0]) * diagonal_factor(internal_p)) ** p
+    cost[np.arange(n), m + np.arange(n)] = to_diagonal(a[:, 1] - a[:, 0], internal_p) ** p
+    cost[n + np.arange(m), np.arange(m)] = to_diagonal(b[:, 1] - b[:, 0], internal_p) ** p
     cost[n:, m:] = 0.0
     rows, cols = linear_sum_assignment(cost)
     return float(cost[rows, cols].sum() ** (1.0 / p))
