@@ -1,4 +1,5 @@
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -43,6 +44,12 @@ def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
         out / "figures" / "results_drift_tiny-qwen2_sst2.html"
     ).is_file()
     assert "## Is the drift profile model-dependent?" in report and "tiny-qwen2" in report
+    # the comparison computed the second model's noise floor; a report only renders it, and never computes one
+    noise = out / "models" / "tiny-qwen2" / "noise"
+    assert sorted(p.name for p in noise.iterdir()) == ["noise-0.parquet", "noise-1.parquet"]
+    shutil.rmtree(noise)
+    write_report(out, out / "AGAIN.md", "test")
+    assert not noise.exists() and "## Is the drift profile model-dependent?" in (out / "AGAIN.md").read_text()
     # a rerun resumes: every run is skipped, the table is the same
     assert main(["reproduce", "--preset", "tiny", "-o", str(out)]) == 0
     assert capsys.readouterr().out.count("skip (done)") == 26 + 2  # every run and both prior fine-tunes

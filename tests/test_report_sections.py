@@ -559,3 +559,10 @@ def test_an_h0_only_table_renders_its_drift_and_noise_sections():
         list(by_kind.columns) == ["h0_w1", "h0_w1_per_row", "rel_frobenius"]
         and by_kind.loc["q", "h0_w1_per_row"] == 0.1
     )
+
+
+def test_setup_section_prints_the_test_rows_scored_not_the_count_asked_for():
+    preset = replace(PRESET, target=replace(PRESET.target, n_test=1000))
+    text = sections.setup_section(preset, 9, 9, _results(), test_rows=872)
+    assert "872 test examples (all the split holds; the preset asked for 1000)" in text
+    assert "1000 test examples" in sections.setup_section(preset, 9, 9, _results())

@@ -21,7 +21,7 @@ def render(study: StudyInputs, figures: dict[tuple[str, str], str], command: str
     results, preset = study.results, study.preset
     parts = [
         sections.header(command, day, study.machine),
-        sections.setup_section(preset, len(results), study.planned_runs, results),
+        sections.setup_section(preset, len(results), study.planned_runs, results, study.test_rows),
         sections.claims_section(study.claims),
         sections.lr_section(results),
         sections.spread_section(results),

@@ -49,6 +49,7 @@ class StudyInputs:
     machine: str
     claims: list[ClaimResult]
     models: list[ModelDrift]
+    test_rows: int | None = None  # test examples a run scored (a split may hold fewer than the preset asks)
 
 
 def _preset(recorded: dict[str, Any]) -> tuple[Preset, int | None, str | None]:
@@ -96,4 +97,13 @@ def load_study(out_dir: str | Path) -> StudyInputs:
         machine or "machine not recorded",
         claim_results(results, correct_from(out.root)),
         models,
+        _test_rows(out.root, results),
     )
+
+
+def _test_rows(root: Path, results: pd.DataFrame) -> int | None:
+    """How many test examples the first target run scored (every run scores the same rows)."""
+    if results.empty:
+        return None
+    recorded = json.loads((root / str(results["run_dir"].iloc[0]) / "results.json").read_text())
+    return len(recorded.get("test_correct", [])) or None

@@ -99,8 +99,11 @@ def noise_floor_section(
     )
 
 
-def setup_section(preset: Preset, runs: int, planned: int, results: pd.DataFrame) -> str:
-    """What was run and what each run costs here, from the preset the comparison recorded."""
+def setup_section(preset: Preset, runs: int, planned: int, results: pd.DataFrame, test_rows: int | None = None) -> str:
+    """What was run and what each run costs here, from the preset the comparison recorded.
+
+    ``test_rows`` is how many test examples the runs scored (a split can hold fewer than the preset asks for).
+    """
     prior, target = preset.prior, preset.target
     grids = "; ".join(f"{fam} {', '.join(f'{lr:g}' for lr in lrs)}" for fam, lrs in preset.lr_grid.items())
     lines = [
@@ -112,7 +115,13 @@ def setup_section(preset: Preset, runs: int, planned: int, results: pd.DataFrame
         f"Prior fine-tune: full FT, {prior.n_train} examples x {prior.epochs} epoch(s), lr "
         f"{prior.learning_rate or 'default'}.",
         f"Targets: {target.n_train} training, {target.n_val} validation (carved from the training split), "
-        f"{target.n_test} test examples; "
+        f"{test_rows if test_rows is not None else target.n_test} test examples"
+        + (
+            f" (all the split holds; the preset asked for {target.n_test})"
+            if test_rows and test_rows < target.n_test
+            else ""
+        )
+        + "; "
         f"{target.epochs} epochs, batch {target.batch_size}, {target.max_length} tokens, linear "
         "learning-rate decay.",
         f"Learning rates: each method (full FT, LoRA, each card strategy at each budget) swept over {grids} on the "
