@@ -297,23 +297,12 @@ def test_drift_table_once_never_trusts_a_csv_table(tmp_path, tiny_snapshot, nois
     assert len(drift_calls) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="drift_table_once checks weights and settings but not the pids keyword it passes to drift_table: "
-    "a table of a few projections is reused when the whole table is asked for",
-)
 def test_drift_table_once_does_not_reuse_a_table_of_fewer_projections(tmp_path, tiny_snapshot, noisy):
     path = tmp_path / "t.parquet"
     assert len(drift_table_once(tiny_snapshot, noisy, path, H0_ONLY, pids=["L0.q"], **FAST)) == 1
     assert len(drift_table_once(tiny_snapshot, noisy, path, H0_ONLY, **FAST)) == len(tiny_snapshot.matrices)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="drift_table_once passes progress=True and **kwargs to drift_table, so progress=False (a drift_table "
-    "keyword) is a TypeError: 'got multiple values for keyword argument progress'",
-)
 def test_drift_table_once_passes_progress_through(tmp_path, tiny_snapshot, noisy):
     table = drift_table_once(tiny_snapshot, noisy, tmp_path / "t.parquet", H0_ONLY, progress=False, **FAST)
     assert len(table) == len(tiny_snapshot.matrices)

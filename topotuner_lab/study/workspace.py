@@ -170,7 +170,11 @@ def finetune_once(loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str],
 def drift_table_once(
     before: Snapshot, after: Snapshot, path: Path, settings: DriftSettings | None = None, **kwargs: Any
 ) -> pd.DataFrame:
-    """The drift table at ``path``, reused only if it was computed from ``before``'s weights with ``settings``."""
+    """The drift table at ``path``, computed once.
+
+    Reused only if it holds the projections asked for (``pids``, default all), computed from these weights with
+    ``settings``; ``kwargs`` go to :func:`~topotuner_lab.drift.compute.drift_table`.
+    """
     import json
 
     from topotuner_lab.drift.compute import drift_table
@@ -178,9 +182,11 @@ def drift_table_once(
     from topotuner_lab.drift.tables import load_table, save_table
 
     settings = settings or DriftSettings()
+    kwargs.setdefault("progress", True)
+    wanted = list(kwargs.get("pids") or before.matrices)
 
     def compute() -> pd.DataFrame:
-        table = drift_table(before, after, settings, progress=True, **kwargs)
+        table = drift_table(before, after, settings, **kwargs)
         save_table(table, path)
         return table
 
@@ -189,6 +195,7 @@ def drift_table_once(
             table.attrs.get("before_hash") == before.weights_hash
             and table.attrs.get("after_hash") == after.weights_hash
             and table.attrs.get("settings") == json.dumps(settings.key())
+            and list(table["pid"]) == wanted
         )
 
     return reuse_or_compute(path, load_table, compute, valid=valid)
