@@ -30,6 +30,21 @@ class TaskSpec:
     label_column: str = "label"
     hub: tuple[str, ...] = ()  # datasets.load_dataset(*hub)
     hub_splits: tuple[tuple[str, str], ...] = ()
+    #: which rows of the local validation split are kept, so validation looks like the test set ("" keeps all;
+    #: "whole-sentences": SST-2's carved-out GLUE train rows are mostly phrases, its test rows whole sentences)
+    validation_rows: str = ""
+
+
+#: a validation row filter's test of a row's text
+VALIDATION_FILTERS = {"whole-sentences": lambda text: text.rstrip()[-1:] in ".!?" and len(text.split()) >= 5}
+
+
+def has_validation_split(name: str, source: str | os.PathLike[str] | None = None) -> bool:
+    """Whether ``name`` has a validation split of its own, apart from train and test, in local data.
+
+    On the hub SST-2's "validation" is the test set here, so it does not count.
+    """
+    return source != "hub" and "validation" in dict(get_task(name).files)
 
 
 TASKS: dict[str, TaskSpec] = {
@@ -43,6 +58,7 @@ TASKS: dict[str, TaskSpec] = {
         "label",
         ("nyu-mll/glue", "sst2"),
         (("train", "train"), ("validation", "validation"), ("test", "validation")),
+        validation_rows="whole-sentences",
     ),
     "agnews": TaskSpec(
         "agnews",
@@ -239,6 +255,9 @@ def load_task(
         ds, where = _read_local(spec, path), str(path)
     _check_columns(spec, ds, where)
     ds = ds.filter(lambda row: row[spec.text_column] is not None and row[spec.label_column] is not None)
+    if split == "validation" and spec.validation_rows:
+        keep = VALIDATION_FILTERS[spec.validation_rows]
+        ds = ds.filter(lambda row: keep(str(row[spec.text_column])))
     if len(ds) == 0:
         raise TaskError(
             f"{where} holds no example with both {spec.text_column!r} and {spec.label_column!r}",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from topotuner_lab._io.errors import ParameterError
-from topotuner_lab.tasks.specs import load_task
+from topotuner_lab.tasks.specs import get_task, has_validation_split, load_task
 from topotuner_lab.training.config import FinetuneConfig
 
 OOD_TASK = {"sst2": "agnews", "agnews": "sst2", "gsm8k": "sst2"}
@@ -21,7 +21,7 @@ COUNTS: tuple[str, ...] = ("n_train", "n_val", "n_test", "n_ood", "n_ppl")
 
 @dataclass
 class RunData:
-    """The examples one fine-tune uses; validation is carved from the training split, never from test."""
+    """The examples one fine-tune uses; validation is never drawn from test (see :func:`load_run_data`)."""
 
     train: Any
     val: Any | None
@@ -29,23 +29,36 @@ class RunData:
     ood_task: str
     ood: Any
     general_text: list[str]
+    val_source: str = "none"
 
 
 def load_run_data(cfg: FinetuneConfig) -> RunData:
-    """Draw the training, validation, test, out-of-domain and perplexity examples of ``cfg``."""
-    drawn = load_task(cfg.task, "train", cfg.n_train + cfg.n_val, cfg.data_seed, cfg.data_source)
-    if cfg.n_val and len(drawn) <= cfg.n_val:
-        raise ParameterError(
-            f"n_val={cfg.n_val} leaves no training examples ({len(drawn)} drawn)", "lower --n-val or raise --n-train"
-        )
-    val = drawn.select(range(cfg.n_val)) if cfg.n_val else None
-    train = drawn.select(range(cfg.n_val, len(drawn))) if cfg.n_val else drawn
+    """Draw the training, validation, test, out-of-domain and perplexity examples of ``cfg``.
+
+    Validation comes from the task's own validation split where it has one locally (the same rows for every seed and
+    method, filtered to look like the test rows: SST-2's whole sentences); else it is carved from the training draw.
+    """
+    if cfg.n_val and has_validation_split(cfg.task, cfg.data_source):
+        val = load_task(cfg.task, "validation", cfg.n_val, EVAL_SEED, cfg.data_source)
+        train = load_task(cfg.task, "train", cfg.n_train, cfg.data_seed, cfg.data_source)
+        val_source = f"the task's validation split ({get_task(cfg.task).validation_rows or 'all rows'})"
+    else:
+        drawn = load_task(cfg.task, "train", cfg.n_train + cfg.n_val, cfg.data_seed, cfg.data_source)
+        if cfg.n_val and len(drawn) <= cfg.n_val:
+            raise ParameterError(
+                f"n_val={cfg.n_val} leaves no training examples ({len(drawn)} drawn)",
+                "lower --n-val or raise --n-train",
+            )
+        val = drawn.select(range(cfg.n_val)) if cfg.n_val else None
+        train = drawn.select(range(cfg.n_val, len(drawn))) if cfg.n_val else drawn
+        val_source = "carved from the training draw" if cfg.n_val else "none"
     # evaluation draws do not depend on the seed: every method and seed is scored on the same examples (paired)
     test = load_task(cfg.task, "test", cfg.n_test, EVAL_SEED, cfg.data_source)
     ood_task = OOD_TASK[cfg.task]
     ood = load_task(ood_task, "test", cfg.n_ood, EVAL_SEED, cfg.data_source)
     general = load_task("gsm8k", "test", cfg.n_ppl, EVAL_SEED, cfg.data_source)
-    return RunData(train, val, test, ood_task, ood, [p + t for p, t in zip(general["prompt"], general["target"])])
+    general_text = [p + t for p, t in zip(general["prompt"], general["target"])]
+    return RunData(train, val, test, ood_task, ood, general_text, val_source)
 
 
 def used_counts(cfg: FinetuneConfig, data: RunData) -> FinetuneConfig:

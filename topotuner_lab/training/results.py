@@ -45,6 +45,7 @@ class RunResults(TypedDict, total=False):
     seconds_per_epoch: float
     train_accuracy: float
     val_accuracy: float | None
+    val_source: str
     test_accuracy: float
     test_correct: list[int]
     epoch_test_accuracy: list[float]
@@ -109,6 +110,7 @@ def collect_results(
         "seconds_per_epoch": sum(epoch_seconds) / max(1, len(epoch_seconds)),
         "train_accuracy": accuracy(score(model, data.train.select(range(min(len(data.train), cfg.n_test))))),
         "val_accuracy": accuracy(score(model, data.val)) if data.val is not None else None,
+        "val_source": data.val_source,
         "test_accuracy": accuracy(test_correct),
         "test_correct": test_correct.astype(int).tolist(),  # per test example, for paired bootstrap intervals
         "epoch_test_accuracy": per_epoch(history, "test_accuracy"),
