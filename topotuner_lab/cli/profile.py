@@ -36,9 +36,9 @@ def _total_params(args: argparse.Namespace, pretrained: Any) -> int | None:
 
 def _cmd_profile(args: argparse.Namespace) -> None:
     from topotuner_lab.drift.noise import noise_check
-    from topotuner_lab.drift.signals import SIGNAL_STRATEGIES, with_signals
+    from topotuner_lab.drift.signals import SIGNALS, with_signals
     from topotuner_lab.drift.tables import load_table
-    from topotuner_lab.profiles.card import ModelIdentity
+    from topotuner_lab.profiles.card import FIXED_RANKINGS, ModelIdentity
     from topotuner_lab.profiles.select import CardSettings, build_profile
     from topotuner_lab.weights.snapshot import load_snapshot
 
@@ -53,7 +53,7 @@ def _cmd_profile(args: argparse.Namespace) -> None:
     identity = ModelIdentity.from_snapshot(pretrained, _total_params(args, pretrained))
     noise = [load_table(path) for path in args.noise_table or []]
     settings = config_from_args(CardSettings, args)
-    if settings.strategy in SIGNAL_STRATEGIES:  # the field's selectors rank the pretrained matrices' statistics
+    if FIXED_RANKINGS.get(settings.strategy, ("",))[0] in SIGNALS:  # a selector ranking the pretrained statistics
         table = with_signals(table, pretrained)
     card = build_profile(table, identity, noise=noise, **settings.to_dict())
     if noise:

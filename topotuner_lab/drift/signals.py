@@ -23,9 +23,6 @@ SIGNALS: dict[str, Callable[[np.ndarray], float]] = {
     "kappa": condition_number,
 }
 
-#: card strategies that rank by these columns (see ``profiles.card.FIXED_RANKINGS``)
-SIGNAL_STRATEGIES: tuple[str, ...] = ("snr", "alpha", "kappa")
-
 
 def signal_table(snapshot: Snapshot) -> pd.DataFrame:
     """One row per projection id of ``snapshot``: ``pid`` and every :data:`SIGNALS` column."""

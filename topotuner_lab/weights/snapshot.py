@@ -14,6 +14,7 @@ import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -132,14 +133,20 @@ def save_snapshot(snapshot: Snapshot, path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _memory_mapped(path: Path) -> dict[str, np.ndarray]:
-    """The float32 tensors of a safetensors file as read-only memory maps (pages load on use, never all at once)."""
+def _tensor_header(fh: BinaryIO) -> tuple[int, dict[str, Any]]:
+    """The header size and the tensor entries of a safetensors file open at its start (metadata left out)."""
     import struct
 
-    with open(path, "rb") as fh:
-        (size,) = struct.unpack("<Q", fh.read(8))
-        header = json.loads(fh.read(size))
+    (size,) = struct.unpack("<Q", fh.read(8))
+    header = json.loads(fh.read(size))
     header.pop("__metadata__", None)
+    return size, header
+
+
+def _memory_mapped(path: Path) -> dict[str, np.ndarray]:
+    """The float32 tensors of a safetensors file as read-only memory maps (pages load on use, never all at once)."""
+    with open(path, "rb") as fh:
+        size, header = _tensor_header(fh)
     out = {}
     for key, entry in header.items():
         start, stop = entry["data_offsets"]
@@ -160,14 +167,10 @@ def _file_hashes(path: Path, chunk: int = 1 << 24) -> dict[str, str]:
     No tensor is held whole and no page stays mapped, so verifying an 8B model's ~5 GB snapshot costs ``chunk`` bytes
     of memory, not the file's size.
     """
-    import struct
-
     hashes = {}
     buffer = memoryview(bytearray(chunk))
     with open(path, "rb") as fh:
-        (size,) = struct.unpack("<Q", fh.read(8))
-        header = json.loads(fh.read(size))
-        header.pop("__metadata__", None)
+        size, header = _tensor_header(fh)
         for key, entry in header.items():
             start, stop = entry["data_offsets"]
             digest = hashlib.blake2b(str(tuple(entry["shape"])).encode(), digest_size=16)

@@ -89,21 +89,14 @@ def load_study(out_dir: str | Path) -> StudyInputs:
     results = with_key_columns(results)
     preset, planned, machine = _preset(recorded)
     models = [m for m in (_model_drift(w, preset.noise_seeds) for w in [out, *out.models()]) if m is not None]
+    correct = correct_from(out.root)  # one memoized reader of the runs' results: claims, and the test rows scored
     return StudyInputs(
         out.root,
         results,
         preset,
         planned or len(results),
         machine or "machine not recorded",
-        claim_results(results, correct_from(out.root)),
+        claim_results(results, correct),
         models,
-        _test_rows(out.root, results),
+        (len(correct(str(results["run_dir"].iloc[0]), "test_correct")) or None) if len(results) else None,
     )
-
-
-def _test_rows(root: Path, results: pd.DataFrame) -> int | None:
-    """How many test examples the first target run scored (every run scores the same rows)."""
-    if results.empty:
-        return None
-    recorded = json.loads((root / str(results["run_dir"].iloc[0]) / "results.json").read_text())
-    return len(recorded.get("test_correct", [])) or None
