@@ -38,7 +38,7 @@ class Interval:
         return f"{self.estimate:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
 
 
-def _interval(estimate: float, draws: np.ndarray, level: float) -> Interval:
+def percentile_interval(estimate: float, draws: np.ndarray, level: float) -> Interval:
     """The percentile bootstrap interval of ``draws`` around ``estimate``."""
     tail = (1 - level) / 2
     return Interval(float(estimate), float(np.quantile(draws, tail)), float(np.quantile(draws, 1 - tail)), level)
@@ -65,7 +65,7 @@ def paired_bootstrap(
     diff = x - y
     rng = np.random.default_rng(seed)
     means = diff[rng.integers(0, diff.size, size=(n_boot, diff.size))].mean(axis=1)
-    return _interval(diff.mean(), means, level)
+    return percentile_interval(diff.mean(), means, level)
 
 
 def two_way_draws(a: ArrayLike, b: ArrayLike, *, n_boot: int = N_BOOT, seed: int = 0) -> np.ndarray:
@@ -100,7 +100,9 @@ def two_way_bootstrap(
     for the interval that resamples examples alone (:func:`paired_bootstrap`).
     """
     draws = two_way_draws(a, b, n_boot=n_boot, seed=seed)
-    return _interval(float(np.mean(np.asarray(a, dtype=float)) - np.mean(np.asarray(b, dtype=float))), draws, level)
+    return percentile_interval(
+        float(np.mean(np.asarray(a, dtype=float)) - np.mean(np.asarray(b, dtype=float))), draws, level
+    )
 
 
 def p_value(draws: ArrayLike, threshold: float = 0.0, *, higher_is_better: bool = True) -> float:
@@ -145,7 +147,7 @@ def bootstrap_ratio(
     ratios = np.array(
         [stat(x[rng.integers(0, x.size, x.size)]) / stat(y[rng.integers(0, y.size, y.size)]) for _ in range(n_boot)]
     )
-    return _interval(stat(x) / stat(y), ratios, level)
+    return percentile_interval(stat(x) / stat(y), ratios, level)
 
 
 def bootstrap_stat(
@@ -160,7 +162,7 @@ def bootstrap_stat(
     x = np.asarray(values, dtype=float)
     rng = np.random.default_rng(seed)
     draws = np.array([stat(x[rng.integers(0, x.size, x.size)]) for _ in range(n_boot)])
-    return _interval(stat(x), draws, level)
+    return percentile_interval(stat(x), draws, level)
 
 
 def verdict(

@@ -1,0 +1,95 @@
+"""Card stability across prior seeds and the model-dependence claim (study/stability.py), on synthetic cards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from topotuner_lab.drift.cache import DriftCache
+from topotuner_lab.drift.compute import drift_table
+from topotuner_lab.drift.settings import DriftSettings
+from topotuner_lab.profiles.card import ModelIdentity
+from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.study.stability import (
+    jaccard,
+    kind_counts,
+    model_dependence_claims,
+    random_jaccard,
+    stability_claim,
+    stability_table,
+    value_output_share,
+)
+from topotuner_lab.weights.snapshot import perturb_snapshot
+
+
+@pytest.fixture
+def cards_by_seed(tiny_snapshot):
+    """High-drift cards from three 'prior runs': seeds 0 and 1 the same perturbation, seed 2 another."""
+    identity = ModelIdentity.from_snapshot(tiny_snapshot)
+    settings, cache = DriftSettings(maxdim=0), DriftCache(None)
+
+    def card(noise_seed: int):
+        after = perturb_snapshot(tiny_snapshot, 0.05, seed=noise_seed)
+        table = drift_table(tiny_snapshot, after, settings, n_jobs=1, cache=cache)
+        return build_profile(table, identity, prior_task="sst2", count=3)
+
+    return {0: card(0), 1: card(0), 2: card(7)}
+
+
+def test_jaccard_counts_shared_over_all_picks():
+    assert jaccard(["a", "b"], ["a", "b"]) == 1.0
+    assert jaccard(["a", "b"], ["c"]) == 0.0
+    assert jaccard(["a", "b", "c"], ["b", "c", "d"]) == pytest.approx(0.5)
+
+
+def test_random_jaccard_matches_its_closed_form_for_single_picks():
+    # two single random picks of n share the pick with probability 1/n: expected Jaccard 1/n
+    assert random_jaccard(10, 1, 1) == pytest.approx(0.1, abs=0.01)
+    assert random_jaccard(10, 10, 10) == 1.0
+
+
+def test_stability_table_has_one_row_per_seed_pair(cards_by_seed):
+    table = stability_table(cards_by_seed)
+    assert list(zip(table["seed_a"], table["seed_b"])) == [(0, 1), (0, 2), (1, 2)]
+    assert table.loc[0, "jaccard"] == 1.0  # the same prior run picks the same matrices
+    assert (table["random_jaccard"] < 1).all()
+
+
+def test_identical_cards_are_stable_and_disjoint_ones_are_not(cards_by_seed):
+    same = stability_table({0: cards_by_seed[0], 1: cards_by_seed[1], 2: cards_by_seed[0]})
+    assert stability_claim(same, "x").verdict == "held"
+    all_ids = cards_by_seed[0].trainable + cards_by_seed[0].frozen
+    assert len(all_ids) >= 6
+    from dataclasses import replace
+
+    a = replace(cards_by_seed[0], trainable=all_ids[:3], frozen=all_ids[3:])
+    b = replace(cards_by_seed[0], trainable=all_ids[3:6], frozen=all_ids[:3] + all_ids[6:])
+    disjoint = stability_table({0: a, 1: b, 2: a, 3: b})
+    assert (disjoint["jaccard"].isin([0.0, 1.0])).all()
+    assert stability_claim(disjoint, "x").verdict != "held"
+
+
+def test_kind_counts_and_value_output_share(cards_by_seed):
+    card = cards_by_seed[0]
+    counts = kind_counts(card)
+    assert sum(counts.values()) == len(card.trainable) and set(counts) == {"q", "k", "v", "o"}
+    assert value_output_share(card) == pytest.approx((counts["v"] + counts["o"]) / len(card.trainable))
+
+
+def test_model_dependence_claim_follows_the_papers_direction():
+    shares = {"smol": ("llama", [0.8, 0.7, 0.75]), "qwen": ("qwen2", [0.2, 0.3, 0.25])}
+    (claim,) = model_dependence_claims(shares)
+    assert claim.verdict == "held" and claim.estimate == pytest.approx(0.5)
+    assert "not a paper claim" not in claim.claim
+    # the main model a Qwen: the claim still reads LLaMA minus Qwen
+    (flipped,) = model_dependence_claims({"qwen": shares["qwen"], "smol": shares["smol"]})
+    assert flipped.estimate == pytest.approx(0.5) and flipped.verdict == "held"
+    # the opposite data: did not hold
+    (against,) = model_dependence_claims({"smol": ("llama", [0.2, 0.25]), "qwen": ("qwen2", [0.7, 0.8])})
+    assert against.verdict == "did not hold"
+
+
+def test_model_dependence_against_a_family_the_paper_does_not_place_is_not_a_paper_claim():
+    (claim,) = model_dependence_claims({"smol": ("llama", [0.5, 0.5]), "gemma": ("gemma3_text", [0.5, 0.6])})
+    assert "not a paper claim" in claim.claim and claim.verdict == "inconclusive"
+    assert np.isfinite(claim.low) and claim.low <= claim.estimate <= claim.high

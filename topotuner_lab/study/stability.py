@@ -1,0 +1,154 @@
+"""Whether a card's picks survive another prior run, and whether which kinds drift depends on the model family.
+
+Both questions are asked of the cards that several prior fine-tunes (``Preset.prior_seeds``) would build:
+
+- **stability**: the Jaccard index of the trainable sets of every pair of prior seeds, against what two random
+  cards of the same sizes would share (:func:`random_jaccard`). A ranking that another prior seed does not
+  reproduce is noise, whatever its drift stands above the perturbation floor.
+- **model dependence**: the share of value and output matrices among a card's picks, per model, with an interval
+  over the prior seeds. The paper reports that LLaMA and Mistral drift in V/O and Qwen in K/Q.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+
+from topotuner_lab.profiles.card import ProfileCard
+from topotuner_lab.study.claims import ClaimResult
+from topotuner_lab.study.stats import LEVEL, N_BOOT, Interval, bootstrap_stat, percentile_interval, verdict
+from topotuner_lab.weights.projections import KINDS, parse_pid
+
+#: the kinds the paper says LLaMA/Mistral drift in (the rest, q and k, it says Qwen drifts in)
+VALUE_OUTPUT: tuple[str, ...] = ("v", "o")
+#: architectures (``model_type``) of the families the paper names, by family
+FAMILIES: dict[str, str] = {
+    "llama": "LLaMA",
+    "mistral": "Mistral",
+    "qwen2": "Qwen",
+    "qwen3": "Qwen",
+    "gemma3_text": "Gemma",
+    "gemma3": "Gemma",
+}
+#: families the paper says drift in V/O, and the families it places at all (Qwen: in K/Q)
+VO_FAMILIES: tuple[str, ...] = ("LLaMA", "Mistral")
+PAPER_FAMILIES: tuple[str, ...] = (*VO_FAMILIES, "Qwen")
+
+
+def jaccard(a: Sequence[str], b: Sequence[str]) -> float:
+    """Shared picks over all picks of two cards (1: the same set; 0: nothing in common)."""
+    sa, sb = set(a), set(b)
+    return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
+
+
+def random_jaccard(n: int, k_a: int, k_b: int, *, draws: int = 20_000, seed: int = 0) -> float:
+    """The expected Jaccard index of two random sets of ``k_a`` and ``k_b`` ids out of ``n`` (simulated)."""
+    rng = np.random.default_rng(seed)
+    a = rng.random((draws, n)).argsort(axis=1) < k_a
+    b = rng.random((draws, n)).argsort(axis=1) < k_b
+    inter, union = (a & b).sum(axis=1), (a | b).sum(axis=1)
+    return float(np.mean(inter / np.maximum(union, 1)))
+
+
+def stability_table(cards: Mapping[int, ProfileCard]) -> pd.DataFrame:
+    """One row per pair of prior seeds: the Jaccard index of their cards' picks and what random cards would share."""
+    rows = []
+    for (sa, a), (sb, b) in combinations(sorted(cards.items()), 2):
+        n = len(a.trainable) + len(a.frozen)
+        rows.append(
+            {
+                "seed_a": sa,
+                "seed_b": sb,
+                "picks_a": len(a.trainable),
+                "picks_b": len(b.trainable),
+                "jaccard": jaccard(a.trainable, b.trainable),
+                "random_jaccard": random_jaccard(n, len(a.trainable), len(b.trainable)),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def stability_claim(table: pd.DataFrame, setting: str) -> ClaimResult | None:
+    """Whether picks agree across prior seeds more than random cards of the same sizes do (mean over pairs).
+
+    The interval resamples the seed pairs, which share seeds, so it is optimistic; with three prior seeds it rests
+    on three pairs: read it as a first look, not a test.
+    """
+    if table.empty:
+        return None
+    interval = bootstrap_stat(table["jaccard"].to_numpy(float), stat=np.mean)
+    threshold = float(table["random_jaccard"].mean())
+    return ClaimResult(
+        "a card's picks hold across prior runs (not a paper claim)",
+        setting,
+        f"mean Jaccard of the picks over {len(table)} pairs of prior seeds (threshold: random cards of the same size)",
+        interval.estimate,
+        interval.low,
+        interval.high,
+        threshold,
+        verdict(interval, threshold),
+    )
+
+
+def kind_counts(card: ProfileCard) -> dict[str, int]:
+    """Picks per projection kind, every kind listed."""
+    counts = Counter(parse_pid(pid)[1] for pid in card.trainable)
+    return {kind: counts[kind] for kind in KINDS}
+
+
+def value_output_share(card: ProfileCard) -> float:
+    """The share of a card's picks that are value or output matrices."""
+    counts = kind_counts(card)
+    total = sum(counts.values())
+    return sum(counts[k] for k in VALUE_OUTPUT) / total if total else float("nan")
+
+
+def family(architecture: str) -> str:
+    """The model family of an architecture name (``model_type``), or the name itself when the paper names none."""
+    return FAMILIES.get(architecture, architecture)
+
+
+def _difference_interval(a: np.ndarray, b: np.ndarray, *, n_boot: int = N_BOOT, seed: int = 0) -> Interval:
+    """Mean of ``a`` minus mean of ``b``, prior seeds resampled within each model (percentile interval)."""
+    rng = np.random.default_rng(seed)
+    draws = rng.choice(a, (n_boot, len(a))).mean(axis=1) - rng.choice(b, (n_boot, len(b))).mean(axis=1)
+    return percentile_interval(float(a.mean() - b.mean()), draws, LEVEL)
+
+
+def model_dependence_claims(shares: Mapping[str, tuple[str, Sequence[float]]]) -> list[ClaimResult]:
+    """The V/O share of the picks, first model minus each other model, with intervals over prior seeds.
+
+    ``shares`` maps a model's name to ``(architecture, [V/O share per prior seed])``, the main model first. Where the
+    paper names both families and puts exactly one of them in V/O, the claim is that one's share is the larger;
+    other pairs are reported the same way, marked as not a paper claim.
+    """
+    names = list(shares)
+    claims: list[ClaimResult] = []
+    first = names[0]
+    arch_a, a = shares[first]
+    for other in names[1:]:
+        arch_b, b = shares[other]
+        fam_a, fam_b = family(arch_a), family(arch_b)
+        paper = (fam_a in VO_FAMILIES) != (fam_b in VO_FAMILIES) and {fam_a, fam_b} <= set(PAPER_FAMILIES)
+        sign = 1.0 if fam_a in VO_FAMILIES or not paper else -1.0
+        interval = _difference_interval(np.asarray(a, float), np.asarray(b, float))
+        if sign < 0:
+            interval = Interval(-interval.estimate, -interval.high, -interval.low, interval.level)
+        lead, trail = (first, other) if sign > 0 else (other, first)
+        claims.append(
+            ClaimResult(
+                "which kinds drift depends on the model family" + ("" if paper else " (not a paper claim)"),
+                f"{lead} ({family(shares[lead][0])}) vs {trail} ({family(shares[trail][0])})",
+                f"V/O share of the high-drift picks, {lead} - {trail} (prior seeds: {len(a)} and {len(b)})",
+                interval.estimate,
+                interval.low,
+                interval.high,
+                0.0,
+                verdict(interval, 0.0),
+            )
+        )
+    return claims
