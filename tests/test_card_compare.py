@@ -84,3 +84,19 @@ def test_default_pair_is_the_notebook_card_against_the_magnitude_control(llama_c
     a, b, labels = card_pair(tmp_path)
     assert (a.strategy, b.strategy) == ("high-drift", "magnitude") and b.budget == a.budget
     assert labels[0] != labels[1]
+
+
+def test_rank_agreement_of_selectors_equals_the_cards_rank_correlation(llama_cards):
+    from topotuner_lab.profiles.compare import rank_agreement, selector_scores
+
+    table, make = llama_cards
+    agreement = rank_agreement(selector_scores(table, ["high-drift", "low-drift", "magnitude"]))
+    for a, b in [("high-drift", "magnitude"), ("low-drift", "magnitude"), ("high-drift", "low-drift")]:
+        assert agreement.loc[a, b] == pytest.approx(compare_cards(make(a), make(b)).rank_spearman)
+    # a joint card pools at its budget (3 here), so its picks follow the unpooled scores only when it trains all 8
+    joint = build_profile(table, make("random").model, prior_task="sst2", strategy="joint-lh", count=8)
+    high = make("high-drift")
+    assert agreement.loc["high-drift", "high-drift"] == 1.0
+    assert rank_agreement(selector_scores(table, ["high-drift", "joint-lh"])).iloc[0, 1] == pytest.approx(
+        compare_cards(high, joint).rank_spearman
+    )

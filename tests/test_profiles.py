@@ -175,3 +175,49 @@ def test_card_for_another_model_is_refused(setup):
         apply_profile(build_tiny_model("tiny-llama", num_hidden_layers=3).model, card)
     with pytest.raises(ProfileError, match="weights"):
         apply_profile(build_tiny_model("tiny-llama", seed=5).model, card)
+
+
+def _v2(card: ProfileCard) -> dict:
+    """The card as schema v2 wrote it: no recipe, aggregation or gradient task."""
+    data = {k: v for k, v in card.to_dict().items() if k not in ("recipe", "aggregation", "gradient_task")}
+    return {**data, "schema_version": 2}
+
+
+def test_a_v2_card_loads_with_the_recipe_of_its_drift_settings_and_final_drift(setup, tmp_path):
+    from topotuner_lab.profiles.card import SCHEMA_VERSION
+
+    _, table, identity = setup
+    card = build_profile(table, identity, prior_task="sst2", count=2)
+    assert (card.recipe, card.aggregation, card.gradient_task, card.schema_version) == ("default", "final", None, 3)
+    path = tmp_path / "v2.json"
+    path.write_text(__import__("json").dumps(_v2(card)))
+    old = ProfileCard.load(path)
+    assert old == card and old.schema_version == SCHEMA_VERSION == 3
+    unrecorded = ProfileCard.from_dict({**_v2(card), "drift_settings": {}})
+    assert unrecorded.recipe is None and unrecorded.aggregation == "final"
+    foreign = ProfileCard.from_dict({**_v2(card), "drift_settings": {"maxdim": 7}})
+    assert foreign.recipe == "custom"  # settings this version cannot read are no named recipe
+
+
+def test_cards_record_the_recipe_and_aggregation_of_their_table(setup, tiny_snapshot):
+    _, table, identity = setup
+    from topotuner_lab.drift.settings import DriftSettings
+
+    reference = drift_table(
+        tiny_snapshot,
+        perturb_snapshot(tiny_snapshot, 0.05),
+        DriftSettings.recipe("reference"),
+        n_jobs=1,
+        cache=DriftCache(None),
+    )
+    assert build_profile(reference, identity, prior_task="sst2", count=2).recipe == "reference"
+    mean = table.copy()
+    mean.attrs.update(aggregation="mean", epochs=3)
+    card = build_profile(mean, identity, prior_task="sst2", count=2)
+    assert card.aggregation == "mean" and card.recipe == "default"
+    assert ProfileCard.from_dict(card.to_dict()) == card
+    mean.attrs["aggregation"] = "median"
+    with pytest.raises(ProfileError, match="aggregation='median' is not one of final, mean"):
+        build_profile(mean, identity, prior_task="sst2", count=2)
+    with pytest.raises(ProfileError, match="records recipe 'reference', but its drift settings are recipe 'default'"):
+        ProfileCard.from_dict({**card.to_dict(), "recipe": "reference"})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -123,3 +124,18 @@ def test_a_selector_without_its_column_says_how_to_add_it(pretrained_and_table):
     pre, table = pretrained_and_table
     with pytest.raises(ProfileError, match="with_signals"):
         build_profile(table, ModelIdentity.from_snapshot(pre), prior_task="sst2", strategy="snr", count=2)
+
+
+def test_a_signal_joins_by_projection_id_keeping_the_tables_attrs(pretrained_and_table):
+    from topotuner_lab._io.errors import ProfileError
+    from topotuner_lab.drift.signals import join_signal
+
+    _, table = pretrained_and_table
+    values = pd.DataFrame({"pid": table["pid"][::-1], "grad_norm": np.arange(len(table), dtype=float)})
+    joined = join_signal(table, values)
+    assert joined.attrs == table.attrs and list(joined["pid"]) == list(table["pid"])
+    assert dict(zip(joined["pid"], joined["grad_norm"])) == dict(zip(values["pid"], values["grad_norm"]))
+    replaced = join_signal(joined, values.assign(grad_norm=1.0))
+    assert (replaced["grad_norm"] == 1.0).all() and list(replaced.columns) == list(joined.columns)
+    with pytest.raises(ProfileError, match="lack projection ids"):
+        join_signal(table, values.iloc[1:])

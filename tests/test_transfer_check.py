@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -14,7 +15,12 @@ from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.profiles.card import ModelIdentity
 from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.tasks.specs import load_task
-from topotuner_lab.training.transfer import TransferCheckSettings, projection_gradients, transfer_check
+from topotuner_lab.training.transfer import (
+    TransferCheckSettings,
+    compare_gradients,
+    projection_gradients,
+    transfer_check,
+)
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import build_tiny_model
 from topotuner_lab.weights.snapshot import perturb_snapshot
@@ -75,3 +81,50 @@ def test_transfer_check_from_the_command_line(tmp_path, card, capsys, monkeypatc
     out = capsys.readouterr().out
     assert "sst2 -> agnews:" in out and "L1.v" in out and (tmp_path / "check.csv").is_file()
     assert main([*argv[:2], "--task", "imdb"]) == 2 and "unknown task 'imdb'" in capsys.readouterr().err
+
+
+def test_the_gradient_selector_ranks_by_the_target_tasks_gradient_magnitude(tiny_llama):
+    from topotuner_lab.training.transfer import gradient_signal, with_gradient_signal
+
+    pre = extract_snapshot(tiny_llama)
+    table = drift_table(pre, perturb_snapshot(pre, 0.05), DriftSettings(maxdim=0), n_jobs=1, cache=DriftCache(None))
+    joined = with_gradient_signal(table, tiny_llama, "agnews", SMALL)
+    gradients = projection_gradients(tiny_llama, "agnews", SMALL)
+    rms = {pid: float(np.sqrt(np.mean(np.square(g, dtype=np.float64)))) for pid, g in gradients.items()}
+    assert np.allclose(joined.set_index("pid")["grad_norm"], pd.Series(rms)[table["pid"]])
+    assert joined.attrs == {**table.attrs, "gradient_task": "agnews"} and "gradient_task" not in table.attrs
+    card = build_profile(joined, ModelIdentity.from_snapshot(pre), prior_task="sst2", strategy="gradient", count=3)
+    by_gradient = sorted(rms, key=rms.__getitem__, reverse=True)
+    assert [r["pid"] for r in card.ranking] == by_gradient and set(card.trainable) == set(by_gradient[:3])
+    assert card.gradient_task == "agnews" and card.prior_task == "sst2" and card.metric == "grad_norm"
+    # the transfer check's target gradient magnitude is the same column
+    check = compare_gradients(card, gradients, gradients, "agnews")
+    assert np.allclose(check.table.set_index("pid")["grad_target"], pd.Series(rms))
+    again = with_gradient_signal(joined, tiny_llama, "sst2", SMALL)  # another task replaces the column and the task
+    assert again.attrs["gradient_task"] == "sst2" and list(again.columns) == list(joined.columns)
+    assert np.allclose(
+        again["grad_norm"], gradient_signal(tiny_llama, "sst2", SMALL).set_index("pid")["grad_norm"][joined["pid"]]
+    )
+    other = table.copy()
+    other.attrs["before_hash"] = "0" * 64
+    with pytest.raises(ProfileError, match="computed from weights 000000000000"):
+        with_gradient_signal(other, tiny_llama, "agnews", SMALL)
+
+
+def test_a_gradient_card_from_the_command_line(tmp_path, tiny_llama, monkeypatch, capsys):
+    import topotuner_lab.weights.models as models
+    from topotuner_lab.drift.tables import save_table
+    from topotuner_lab.profiles.card import ProfileCard
+    from topotuner_lab.weights.snapshot import save_snapshot
+
+    monkeypatch.setattr(models, "load_model", lambda spec=None, **kw: build_tiny_model("tiny-llama"))
+    pre = extract_snapshot(tiny_llama)
+    save_table(drift_table(pre, perturb_snapshot(pre, 0.05), n_jobs=1, cache=DriftCache(None)), tmp_path / "t.parquet")
+    save_snapshot(pre, tmp_path / "pre.safetensors")
+    argv = ["profile", str(tmp_path / "t.parquet"), "--pretrained", str(tmp_path / "pre.safetensors")]
+    argv += ["--prior-task", "sst2", "--count", "2", "-o", str(tmp_path / "g.json"), "--gradient-task", "agnews"]
+    assert main([*argv, "--strategy", "gradient", "--model", "tiny-llama"]) == 0
+    card = ProfileCard.load(tmp_path / "g.json")
+    assert card.strategy == "gradient" and card.gradient_task == "agnews" and len(card.trainable) == 2
+    assert main([*argv, "--strategy", "gradient"]) == 2 and "add --model" in capsys.readouterr().err
+    assert main([*argv, "--model", "tiny-llama"]) == 2 and "add --strategy gradient" in capsys.readouterr().err

@@ -11,18 +11,12 @@ from topotuner_lab._io.outputs import check_writable, refuse_overwrite
 from topotuner_lab.cli.options import add_config_options, config_from_args
 
 
-def _total_params(args: argparse.Namespace, pretrained: Any) -> int | None:
-    """The model's parameter count: --total-params, else counted from --model, else None.
-
-    --model is checked to be the snapshot's model; None means the count the snapshot records.
-    """
-    if args.total_params is not None:
-        return args.total_params
+def _pretrained_model(args: argparse.Namespace, pretrained: Any) -> Any:
+    """--model loaded and checked to be the snapshot's model, or None without --model."""
     if args.model is None:
         return None
     from topotuner_lab.weights.extract import extract_snapshot
     from topotuner_lab.weights.models import load_model
-    from topotuner_lab.weights.projections import count_parameters
 
     loaded = load_model(args.model)
     if extract_snapshot(loaded).weights_hash != pretrained.weights_hash:
@@ -31,7 +25,36 @@ def _total_params(args: argparse.Namespace, pretrained: Any) -> int | None:
             "pass the pretrained model the snapshot was extracted from, or omit --model to use the count the "
             "snapshot records",
         )
+    return loaded
+
+
+def _total_params(args: argparse.Namespace, loaded: Any) -> int | None:
+    """The model's parameter count: --total-params, else counted from --model, else None (the snapshot's count)."""
+    if args.total_params is not None:
+        return args.total_params
+    if loaded is None:
+        return None
+    from topotuner_lab.weights.projections import count_parameters
+
     return count_parameters(loaded.model)
+
+
+def _with_gradient(args: argparse.Namespace, table: Any, strategy: str, loaded: Any) -> Any:
+    """The table with --gradient-task's gradient magnitudes for a ``gradient`` card (as given without the option)."""
+    if args.gradient_task is None:
+        return table
+    if strategy != "gradient":
+        raise ParameterError(
+            f"--gradient-task ranks a 'gradient' card, and the strategy is {strategy!r}",
+            "add --strategy gradient, or leave --gradient-task out",
+        )
+    if loaded is None:
+        raise ParameterError(
+            "--gradient-task needs the pretrained model to take its gradients", "add --model MODEL (the pretrained one)"
+        )
+    from topotuner_lab.training.transfer import with_gradient_signal
+
+    return with_gradient_signal(table, loaded, args.gradient_task)
 
 
 def _cmd_profile(args: argparse.Namespace) -> None:
@@ -50,11 +73,14 @@ def _cmd_profile(args: argparse.Namespace) -> None:
     if args.spectrum:
         check_writable(args.spectrum, "Spectrum YAML", suffixes=(".yaml", ".yml"))
     table, pretrained = load_table(args.table), load_snapshot(args.pretrained)
-    identity = ModelIdentity.from_snapshot(pretrained, _total_params(args, pretrained))
     noise = [load_table(path) for path in args.noise_table or []]
     settings = config_from_args(CardSettings, args)
+    needs_model = args.total_params is None or args.gradient_task is not None
+    loaded = _pretrained_model(args, pretrained) if needs_model else None
+    identity = ModelIdentity.from_snapshot(pretrained, _total_params(args, loaded))
     if FIXED_RANKINGS.get(settings.strategy, ("",))[0] in SIGNALS:  # a selector ranking the pretrained statistics
         table = with_signals(table, pretrained)
+    table = _with_gradient(args, table, settings.strategy, loaded)
     card = build_profile(table, identity, noise=noise, **settings.to_dict())
     if noise:
         print(noise_check(table, noise, card.metric).message, file=sys.stderr)
@@ -87,7 +113,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument(
         "--model",
         default=None,
-        help="the pretrained model, to count its parameters (default: the count the snapshot records)",
+        help="the pretrained model, to count its parameters (default: the count the snapshot records) and to take "
+        "the gradients of --gradient-task",
+    )
+    pr.add_argument(
+        "--gradient-task",
+        default=None,
+        help="with --strategy gradient: the target task whose gradient magnitudes at the pretrained weights rank the "
+        "matrices (needs --model; default: the table's own grad_norm column)",
     )
     pr.add_argument(
         "--total-params",

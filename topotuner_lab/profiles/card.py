@@ -1,7 +1,8 @@
 """Profile cards: a reusable freezing profile as versioned JSON, valid by construction, readable without torch.
 
 A card names the pretrained model it was built for, where its ranking came from (prior task, strategy, drift
-column, normalization, drift settings) and which attention projections train. Every field is checked when a
+column, normalization, drift settings and their recipe, how the drift aggregated epochs, the task of a gradient
+ranking) and which attention projections train. Every field is checked when a
 card is made, by :func:`~topotuner_lab.profiles.select.build_profile` or from a file, so a card that is saved
 can always be loaded. Files of an older schema are read through :data:`MIGRATIONS`.
 """
@@ -21,19 +22,37 @@ import numpy as np
 from topotuner_lab._io import atomic
 from topotuner_lab._io.config import NON_NEGATIVE_INT, REQUIRED, Check, Config, is_int, is_real, opt, optional
 from topotuner_lab._io.errors import InputFileError, ProfileError, TopoTunerError
+from topotuner_lab.drift.settings import RECIPES, DriftSettings
 from topotuner_lab.weights.snapshot import Snapshot
 
-#: v2: ``normalization`` defaults to ``per-point`` (v1 cards without the field were ranked ``raw``)
-SCHEMA_VERSION = 2
-STRATEGIES: tuple[str, ...] = ("high-drift", "low-drift", "random", "magnitude", "snr", "alpha", "kappa")
+#: v2: ``normalization`` defaults to ``per-point`` (v1 cards without the field were ranked ``raw``);
+#: v3: ``recipe``, ``aggregation`` and ``gradient_task`` (v2 cards: the recipe of their drift settings, ``final``)
+SCHEMA_VERSION = 3
 #: strategies that rank by a fixed column of the drift table (not the card's drift metric), and in which direction:
-#: the magnitude control; Spectrum's SNR, WeightWatcher's alpha (highest first), PEFT KappaTune's kappa (lowest first)
+#: the magnitude control; Spectrum's SNR, WeightWatcher's alpha (highest first), PEFT KappaTune's kappa (lowest
+#: first); the gradient-magnitude selector: the RMS entry of each matrix's loss gradient on the target task at the
+#: pretrained weights (highest first; ``training.transfer.with_gradient_signal`` adds the column)
 FIXED_RANKINGS: dict[str, tuple[str, bool]] = {
     "magnitude": ("rel_frobenius", True),
     "snr": ("spectrum_snr", True),
     "alpha": ("ww_alpha", True),
     "kappa": ("kappa", False),
+    "gradient": ("grad_norm", True),
 }
+#: the authors' joint drift x magnitude selector (FDataLab/TopoTuner,
+#: ``codes/helpers/joint_wass_norm_layer_selection.py``): strategy -> (drift high, magnitude high); the magnitude is
+#: the magnitude control's column (``rel_frobenius``: their normalized L2 change ||W - W0|| / ||W0||)
+JOINT: dict[str, tuple[bool, bool]] = {
+    "joint-hh": (True, True),
+    "joint-hl": (True, False),
+    "joint-lh": (False, True),
+    "joint-ll": (False, False),
+}
+STRATEGIES: tuple[str, ...] = ("high-drift", "low-drift", "random", *FIXED_RANKINGS, *JOINT)
+#: drift recipes a card can record: the named ones (``DriftSettings.recipe_name``) or ``custom``
+RECIPE_NAMES: tuple[str, ...] = (*RECIPES, "custom")
+#: how a drift table's columns aggregate the fine-tune's epochs: the final checkpoint, or the mean over epochs
+AGGREGATIONS: tuple[str, ...] = ("final", "mean")
 #: how a drift column is made comparable across matrices of different sizes before ranking:
 #: raw W; W per diagram point; W over the pretrained diagram's total persistence; z-score against noise drift
 NORMALIZATIONS: tuple[str, ...] = ("raw", "per-point", "relative", "noise-z")
@@ -118,6 +137,19 @@ class ModelIdentity(Config):
         )
 
 
+def recipe_of(drift_settings: Any) -> str | None:
+    """The recipe a card's drift settings (``DriftSettings.key()``) are: a name of :data:`RECIPE_NAMES`.
+
+    None when there are none (a table without recorded settings); ``custom`` for settings this version cannot read.
+    """
+    if not isinstance(drift_settings, dict) or not drift_settings:
+        return None
+    try:
+        return DriftSettings.from_key(drift_settings).recipe_name
+    except TopoTunerError:
+        return "custom"
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -170,6 +202,16 @@ class ProfileCard(Config):
     normalization: str = opt(
         DEFAULT_NORMALIZATION, "how scores were made comparable across sizes", choices=NORMALIZATIONS
     )
+    recipe: str | None = opt(
+        None,
+        "the drift recipe of the table (DriftSettings.recipe_name: default, reference or custom); None when the "
+        "table recorded no settings",
+        choices=(*RECIPE_NAMES, None),
+    )
+    aggregation: str = opt("final", "how the table's drift aggregated epochs: final or mean", choices=AGGREGATIONS)
+    gradient_task: str | None = opt(
+        None, "the task whose gradient ranked a gradient card (None for other strategies)", check=optional(TEXT)
+    )
     created: str = opt(REQUIRED, "when the card was made (UTC, ISO 8601)", factory=_now, check=TEXT)
     schema_version: int = opt(SCHEMA_VERSION, "card schema version", choices=(SCHEMA_VERSION,))
 
@@ -187,6 +229,13 @@ class ProfileCard(Config):
             self.fail(f"leaves projection ids {sorted(known - set(listed))[:5]} neither trainable nor frozen", REBUILD)
         if not self.trainable:
             self.fail("has no trainable projection", REBUILD)
+        if (self.strategy == "gradient") != (self.gradient_task is not None):
+            self.fail("names a gradient task exactly when its strategy is 'gradient'", REBUILD)
+        if self.recipe is not None and self.drift_settings and self.recipe != recipe_of(self.drift_settings):
+            self.fail(
+                f"records recipe {self.recipe!r}, but its drift settings are recipe {recipe_of(self.drift_settings)!r}",
+                REBUILD,
+            )
 
     # --- files ---------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -246,8 +295,18 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "normalization": data.get("normalization", "raw"), "schema_version": 2}
 
 
+def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """v2 cards were ranked from final-checkpoint drift; their recipe is that of the drift settings they record."""
+    return {
+        **data,
+        "recipe": data.get("recipe", recipe_of(data.get("drift_settings"))),
+        "aggregation": data.get("aggregation", "final"),
+        "schema_version": 3,
+    }
+
+
 #: schema version -> the function that lifts a card of that version to the next one
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def migrate(data: dict[str, Any], where: str = "card") -> dict[str, Any]:

@@ -3,17 +3,23 @@
 On the same model the cards' ids can be matched one to one (overlap, Jaccard index, rank
 agreement). Across models the ids differ, so the comparison falls back to what the paper reads
 off its profiles: which projection kinds get the trainable budget, and at what relative depth.
+
+Before any card, :func:`selector_scores` and :func:`rank_agreement` ask how alike the strategies
+rank one drift table's projections (topology, magnitude, the field's selectors, the joint selector).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 from scipy.stats import spearmanr
 
-from topotuner_lab.profiles.card import ProfileCard
-from topotuner_lab.profiles.select import param_counts
+from topotuner_lab._io.errors import ProfileError
+from topotuner_lab.drift import columns
+from topotuner_lab.profiles.card import DEFAULT_NORMALIZATION, ProfileCard
+from topotuner_lab.profiles.select import param_counts, strategy_scores
 from topotuner_lab.weights.projections import KINDS, parse_pid
 
 
@@ -87,3 +93,41 @@ def compare_cards(a: ProfileCard, b: ProfileCard, labels: tuple[str, str] = ("A"
         kind_share=pd.DataFrame({labels[0]: _kind_share(a), labels[1]: _kind_share(b)}),
         mean_depth=(_mean_depth(a), _mean_depth(b)),
     )
+
+
+#: correlations :func:`rank_agreement` offers (both compare rankings, not values)
+RANK_METHODS: tuple[str, ...] = ("spearman", "kendall")
+
+
+def selector_scores(
+    table: pd.DataFrame,
+    strategies: Sequence[str],
+    metric: str = columns.DEFAULT_METRIC,
+    normalization: str = DEFAULT_NORMALIZATION,
+    *,
+    noise: Sequence[pd.DataFrame] = (),
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Each strategy's scores of the table's projections, signed so that higher is picked first.
+
+    One row per projection id (index ``pid``), one column per strategy, from the ranking a card of that strategy
+    fills its budget from (:func:`~topotuner_lab.profiles.select.strategy_scores`; ``low-drift`` and ``kappa`` are
+    negated). A joint strategy's scores are its unpooled ranking (the reference's pool over every projection): a card
+    also pools at its budget. ``metric``, ``normalization``, ``noise`` and ``seed`` are the card options of the same
+    names; the table needs the columns of every strategy (``with_signals``, ``with_gradient_signal``).
+    """
+    scores = {s: strategy_scores(table, s, metric, normalization, noise, seed=seed).oriented() for s in strategies}
+    frame = pd.DataFrame(scores, columns=list(strategies))
+    frame.index.name = "pid"
+    return frame
+
+
+def rank_agreement(scores: pd.DataFrame, method: str = "spearman") -> pd.DataFrame:
+    """The rank correlation of every pair of columns of :func:`selector_scores`: a square frame, 1 on the diagonal.
+
+    +1: two strategies pick in the same order; -1: in opposite order (high-drift against low-drift); a column with a
+    single value (no ranking) correlates as NaN.
+    """
+    if method not in RANK_METHODS:
+        raise ProfileError(f"unknown rank correlation {method!r}", f"use one of {', '.join(RANK_METHODS)}")
+    return scores.corr(method=method)

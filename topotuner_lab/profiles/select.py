@@ -1,7 +1,10 @@
 """Which projections a card trains: rank a drift column (normalized across matrix sizes) and fill a budget.
 
-A card keeps the top-k high-drift or low-drift projections trainable, k given as a count or a trainable-parameter
-budget. Random and magnitude-ranked cards with the same budget are the controls.
+A card keeps the top-k high-drift or low-drift projections trainable, k given as a count, a trainable-parameter
+budget or counts per projection kind (:func:`matched_per_kind` turns a parameter budget into the same count per kind).
+Random and magnitude-ranked cards with the same budget are the controls; the field's selectors (Spectrum's SNR,
+WeightWatcher's alpha, KappaTune's kappa, the target task's gradient magnitude) and the authors' joint drift x
+magnitude selector rank at the same budget. :func:`strategy_scores` is the one ranking every card and comparison uses.
 """
 
 from __future__ import annotations
@@ -33,11 +36,13 @@ from topotuner_lab.drift import columns
 from topotuner_lab.profiles.card import (
     DEFAULT_NORMALIZATION,
     FIXED_RANKINGS,
+    JOINT,
     NORMALIZATIONS,
     STRATEGIES,
     TEXT,
     ModelIdentity,
     ProfileCard,
+    recipe_of,
 )
 from topotuner_lab.weights.projections import KINDS, parse_pid
 
@@ -56,14 +61,18 @@ def select_projections(
     count: int | None = None,
     fraction: float | None = None,
     per_kind: dict[str, int] | None = None,
+    order: Sequence[str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """Rank ids by score and keep those the budget allows.
 
     The budget keeps the first ``count``, those fitting ``fraction`` of the parameters, or the first
     ``per_kind[kind]`` of each kind (one of the three, already checked by :class:`CardSettings`). Returns
-    ``(ranked_ids, selected_ids)``. Ties keep the table order (stable sort).
+    ``(ranked_ids, selected_ids)``. Ties keep the table order (stable sort). ``order``, when given, is the ranking
+    itself (a joint strategy's pool first, see :func:`joint_ranking`) and ``scores`` are only recorded.
     """
-    ranked = list(scores.sort_values(ascending=not descending, kind="stable").index)
+    if order is None:
+        order = scores.sort_values(ascending=not descending, kind="stable").index
+    ranked = list(order)
     if per_kind is not None:
         by_kind = {kind: [pid for pid in ranked if parse_pid(pid)[1] == kind] for kind in per_kind}
         short = {kind: len(ids) for kind, ids in by_kind.items() if len(ids) < per_kind[kind]}
@@ -138,6 +147,178 @@ def normalized_scores(
             "compute the noise tables from the same pretrained snapshot",
         )
     return (scores - floor.mean(axis=1)) / floor.std(axis=1, ddof=1).clip(lower=np.finfo(float).tiny)
+
+
+#: below this a pool's sum of drift or magnitude counts as zero (the reference scripts' epsilon)
+_EPS = 1e-12
+
+
+def _pool_scores(
+    drift: pd.Series, magnitude: pd.Series, high_drift: bool, high_magnitude: bool, size: int | None
+) -> tuple[pd.Series, set[str]]:
+    """One group's joint scores and its pool (all ids when ``size`` is None); see :func:`joint_ranking`."""
+    if size is None:
+        pool = set(drift.index)
+    else:
+        by_drift = drift.sort_values(ascending=not high_drift, kind="stable").index[:size]
+        by_magnitude = magnitude.sort_values(ascending=not high_magnitude, kind="stable").index[:size]
+        pool = set(by_drift) | set(by_magnitude)
+    members = [pid for pid in drift.index if pid in pool]
+    sum_w, sum_n = float(drift[members].sum()), float(magnitude[members].sum())
+    w_hat = drift / sum_w if sum_w > _EPS else drift * 0.0
+    n_hat = magnitude / sum_n if sum_n > _EPS else magnitude * 0.0
+    return ((w_hat if high_drift else 1 - w_hat) + (n_hat if high_magnitude else 1 - n_hat)) / 2, pool
+
+
+def joint_ranking(
+    drift: pd.Series, magnitude: pd.Series, strategy: str, k: int | dict[str, int] | None = None
+) -> tuple[pd.Series, list[str]]:
+    """The authors' joint drift x magnitude ranking (HH/HL/LH/LL): scores by id, and the order they pick in.
+
+    As in FDataLab/TopoTuner ``codes/helpers/joint_wass_norm_layer_selection.py``: the pool is the ``k`` ids of the
+    strategy's end of the drift ranking together with the ``k`` of its end of the magnitude ranking (``joint-hl``:
+    highest drift, lowest magnitude); drift and magnitude are divided by their sums over the pool; the score is the
+    mean of the two, each taken as ``x`` (high) or ``1 - x`` (low); pool members rank first by score, best first,
+    then the rest by the same score. ``k`` a mapping of kind to count pools and normalizes each projection kind on
+    its own (the scripts' per-projection ranking); None pools every id (the ranking without a budget). Both inputs
+    must be non-negative (the sums normalize them).
+    """
+    high_drift, high_magnitude = JOINT[strategy]
+    if (drift < 0).any() or (magnitude < 0).any():
+        raise ProfileError(
+            f"the joint strategy {strategy!r} divides drift and magnitude by their sums, which needs non-negative "
+            "scores",
+            "rank by a Wasserstein or bottleneck column with normalization raw, per-point or relative",
+        )
+    if isinstance(k, dict):
+        kinds = pd.Series([parse_pid(pid)[1] for pid in drift.index], index=drift.index)
+        groups = [(list(ids), k.get(kind) or None) for kind, ids in kinds.groupby(kinds, sort=False).groups.items()]
+    else:
+        groups = [(list(drift.index), k)]
+    scores, pooled = pd.Series(np.nan, index=drift.index, dtype=float), set()
+    for ids, size in groups:
+        group_scores, pool = _pool_scores(drift[ids], magnitude[ids], high_drift, high_magnitude, size)
+        scores[ids] = group_scores
+        pooled |= pool
+    by_score = list(scores.sort_values(ascending=False, kind="stable").index)
+    return scores, [pid for pid in by_score if pid in pooled] + [pid for pid in by_score if pid not in pooled]
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """A strategy's scores of a drift table's projections, before a budget picks from them.
+
+    ``scores`` by projection id (table order); ``descending`` whether the highest is picked first; ``column`` the
+    column ranked by (the card's ``metric``) and ``normalization`` the one applied; ``parts`` a joint strategy's
+    drift and magnitude scores, which its budget pools (:func:`joint_ranking`).
+    """
+
+    scores: pd.Series
+    descending: bool
+    column: str
+    normalization: str
+    parts: tuple[pd.Series, pd.Series] | None = None
+
+    def oriented(self) -> pd.Series:
+        """The scores signed so that higher is picked first."""
+        return self.scores if self.descending else -self.scores
+
+
+def _missing_column(strategy: str, column: str, table: pd.DataFrame) -> ProfileError:
+    """The error for a drift table without the column ``strategy`` ranks by, with the way to add it."""
+    if column == FIXED_RANKINGS["magnitude"][0]:
+        fix = "recompute the table with the magnitude baselines (without --no-magnitude)"
+    elif strategy == "gradient":
+        fix = (
+            "add the target task's gradient magnitudes: training.transfer.with_gradient_signal(table, loaded, task) "
+            "(the CLI does it with --gradient-task TASK --model MODEL)"
+        )
+    elif strategy in FIXED_RANKINGS:
+        fix = "add the selectors' columns: drift.signals.with_signals(table, pretrained) (the CLI does it)"
+    else:
+        fix = f"rank by one of {columns.rankable(table)}"
+    return ProfileError(f"drift table has no measure column {column!r}", fix)
+
+
+def _finite(scores: pd.Series, column: str) -> pd.Series:
+    if not np.isfinite(scores.to_numpy()).all():
+        raise ProfileError(
+            f"drift column {column!r} holds NaN or infinite values", "recompute the drift table from healthy snapshots"
+        )
+    return scores
+
+
+def strategy_scores(
+    table: pd.DataFrame,
+    strategy: str,
+    metric: str = columns.DEFAULT_METRIC,
+    normalization: str = DEFAULT_NORMALIZATION,
+    noise: Sequence[pd.DataFrame] = (),
+    *,
+    seed: int = 0,
+) -> Ranking:
+    """How ``strategy`` scores the projections of ``table``: the ranking :func:`build_profile` fills a budget from.
+
+    ``high-drift``/``low-drift`` rank ``metric`` normalized by ``normalization`` (:func:`normalized_scores`);
+    :data:`FIXED_RANKINGS` strategies rank their own column, raw; ``random`` a permutation drawn with ``seed``; the
+    :data:`JOINT` strategies the joint score of the normalized ``metric`` and ``rel_frobenius`` over all
+    projections (a card's budget then pools them, :func:`joint_ranking`).
+    """
+    if strategy not in STRATEGIES:
+        raise ProfileError(f"unknown strategy {strategy!r}", f"use one of {', '.join(STRATEGIES)}")
+    column, descending = FIXED_RANKINGS.get(strategy, (metric, strategy != "low-drift"))
+    unranked = strategy == "random" or strategy in FIXED_RANKINGS  # scores that need no size normalization
+    magnitude_column = FIXED_RANKINGS["magnitude"][0]
+    for needed in [column, *([magnitude_column] if strategy in JOINT else [])]:
+        if needed not in columns.rankable(table):
+            raise _missing_column(strategy, needed, table)
+    used = "raw" if unranked else normalization
+    scores = _finite(normalized_scores(table, column, used, noise), column)
+    if strategy in JOINT:
+        magnitude = _finite(table.set_index("pid")[magnitude_column].astype(float), magnitude_column)
+        joint, _ = joint_ranking(scores, magnitude, strategy)
+        return Ranking(joint, True, column, used, (scores, magnitude))
+    if strategy == "random":
+        scores = pd.Series(np.random.default_rng(seed).permutation(len(scores)).astype(float), index=scores.index)
+    return Ranking(scores, descending, column, used)
+
+
+def matched_per_kind(
+    shapes: dict[str, list[int]], total_params: int, fraction: float, kinds: Sequence[str] | None = None
+) -> dict[str, int]:
+    """The per-kind budget of a parameter ``fraction``: the same count of each kind, the largest that fits.
+
+    Whatever a per-kind ranking picks, ``n`` matrices of each of ``kinds`` (default: every kind the model has) hold
+    at most the ``n`` largest of each kind; ``n`` is the largest count whose worst case fits ``fraction`` of
+    ``total_params`` (every matrix of a kind has one shape in the usual models, so that is the exact count). A
+    per-kind card (the reference recipe ranks within each projection type) so compares with a global card at the
+    same budget.
+    """
+    sizes: dict[str, list[int]] = {}
+    for pid, n in param_counts(shapes).items():
+        sizes.setdefault(parse_pid(pid)[1], []).append(n)
+    wanted = [kind for kind in KINDS if kind in sizes] if kinds is None else list(dict.fromkeys(kinds))
+    absent = [kind for kind in wanted if kind not in sizes]
+    if absent or not wanted:
+        raise ProfileError(
+            f"the model has no projections of kind(s) {absent or list(kinds or [])}",
+            f"match over kinds it has: {', '.join(kind for kind in KINDS if kind in sizes)}",
+        )
+    largest = {kind: sorted(sizes[kind], reverse=True) for kind in wanted}
+    limit = fraction * total_params
+    best = 0
+    for n in range(1, min(len(v) for v in largest.values()) + 1):
+        if sum(sum(v[:n]) for v in largest.values()) > limit:
+            break
+        best = n
+    if best == 0:
+        one_each = sum(v[0] for v in largest.values())
+        raise ProfileError(
+            f"budget {100 * fraction:.3g}% = {limit:,.0f} parameters is below one matrix of each kind "
+            f"({', '.join(wanted)}: {one_each:,} parameters)",
+            f"raise the budget to at least {100 * one_each / total_params:.3g}%, or give per-kind counts",
+        )
+    return {kind: best for kind in wanted}
 
 
 def check_table_fits(table: pd.DataFrame, identity: ModelIdentity) -> None:
@@ -232,18 +413,34 @@ class CardSettings(Config):
         check=optional(PER_KIND),
         parse=_per_kind,
     )
+    per_kind_budget: bool = opt(
+        False,
+        "with a fraction budget: rank within each projection kind, the same number of each kind, the most that fits "
+        "the budget (a per-kind card at a global card's budget)",
+    )
     seed: int = opt(0, "seed of the random control", check=NON_NEGATIVE_INT)
     stop_threshold: float | None = opt(
         None, "early-stopping threshold recorded in the card, in (0, 1)", check=optional(OPEN_UNIT)
     )
 
     def check(self) -> None:
-        """Exactly one budget: a count of matrices, a fraction of the parameters, or counts per kind."""
+        """Exactly one budget (a count, a fraction, counts per kind); a matched per-kind budget needs a fraction."""
         if sum(b is not None for b in (self.count, self.fraction, self.per_kind)) != 1:
             self.fail(
                 "give exactly one of count (matrices), budget fraction or per-kind counts",
                 "e.g. count=4, fraction=0.01 for 1% of the model, or per_kind={'k': 2, 'v': 2} (--count 4, --budget 1 "
                 "or --per-kind k=2,v=2 on the command line)",
+            )
+        if self.per_kind_budget and self.fraction is None:
+            self.fail(
+                "per_kind_budget turns a fraction budget into counts per kind, and no fraction was given",
+                "give the fraction with it (--budget PERCENT --per-kind-budget), or per-kind counts alone",
+            )
+        if self.strategy in JOINT and self.normalization == "noise-z":
+            self.fail(
+                f"strategy {self.strategy!r} divides drift by its sum over the pool (the reference scripts' scheme), "
+                "and noise-z scores can be negative",
+                "use normalization raw, per-point or relative with a joint strategy",
             )
 
 
@@ -264,6 +461,7 @@ def build_profile(
     count: int | None = None,
     fraction: float | None = None,
     per_kind: dict[str, int] | None = None,
+    per_kind_budget: bool = False,
     seed: int = 0,
     stop_threshold: float | None = None,
     drift_settings: dict[str, Any] | None = None,
@@ -274,68 +472,77 @@ def build_profile(
 
     Parameters
     ----------
-    table : drift table (``drift_table`` / ``load_table``), one row per projection id.
+    table : drift table (``drift_table`` / ``load_table``), one row per projection id. The card records its drift
+        settings and their recipe, and ``attrs["aggregation"]`` (``final`` unless the table says ``mean``).
     identity : the pretrained model (``ModelIdentity.from_snapshot``); the table must be of this model.
-    strategy : ``high-drift``, ``low-drift``, the controls ``random`` and ``magnitude``, or the field's selectors
+    strategy : ``high-drift``, ``low-drift``, the controls ``random`` and ``magnitude``, the field's selectors
         ``snr`` (Spectrum), ``alpha`` (WeightWatcher), ``kappa`` (PEFT KappaTune), which rank by their columns
-        (:func:`topotuner_lab.drift.signals.with_signals` adds them to a table).
+        (:func:`topotuner_lab.drift.signals.with_signals` adds them to a table), ``gradient`` (the target task's
+        gradient magnitude ``grad_norm``, added with its task by ``training.transfer.with_gradient_signal``; the
+        card records the task), or the authors' joint selectors ``joint-hh``, ``joint-hl``, ``joint-lh``,
+        ``joint-ll`` (drift high/low, magnitude high/low; :func:`joint_ranking`, pooled at the budget's count).
     metric : drift column to rank by (``magnitude`` always ranks by ``rel_frobenius``).
     count, fraction, per_kind : the budget, exactly one: a number of matrices, a fraction in (0, 1] of all model
         parameters (0.01 is 1%; the CLI's ``--budget`` takes percent), or a number of matrices per projection kind
         (ranked within each kind; ``strategy="random"`` with :func:`kind_composition` of a card is its stratified
         control: the same kinds and count, picked at random).
+    per_kind_budget : with ``fraction``: the per-kind budget :func:`matched_per_kind` makes of it (the card records
+        the per-kind counts).
     normalization : one of ``NORMALIZATIONS`` (see :func:`normalized_scores`); ``noise`` tables for ``noise-z``.
     """
-    CardSettings(prior_task, strategy, metric, normalization, count, fraction, per_kind, seed, stop_threshold)
-    rank_col, descending = FIXED_RANKINGS.get(strategy, (metric, strategy != "low-drift"))
-    unranked = strategy == "random" or strategy in FIXED_RANKINGS  # scores that need no size normalization
-    if rank_col not in columns.rankable(table):
-        raise ProfileError(
-            f"drift table has no measure column {rank_col!r}",
-            "recompute the table with the magnitude baselines (without --no-magnitude)"
-            if strategy == "magnitude"
-            else "add the selectors' columns: drift.signals.with_signals(table, pretrained) (the CLI does it)"
-            if strategy in FIXED_RANKINGS
-            else f"rank by one of {columns.rankable(table)}",
-        )
-    check_table_fits(table, identity)
-    scores = normalized_scores(table, rank_col, "raw" if unranked else normalization, noise)
-    if not np.isfinite(scores.to_numpy()).all():
-        raise ProfileError(
-            f"drift column {rank_col!r} holds NaN or infinite values",
-            "recompute the drift table from healthy snapshots",
-        )
-    if strategy == "random":
-        scores = pd.Series(np.random.default_rng(seed).permutation(len(scores)).astype(float), index=scores.index)
-    params = param_counts(identity.shapes)
-    ranked, chosen = select_projections(
-        scores,
-        params,
-        identity.total_params,
-        descending=descending,
+    CardSettings(
+        prior_task=prior_task,
+        strategy=strategy,
+        metric=metric,
+        normalization=normalization,
         count=count,
         fraction=fraction,
         per_kind=per_kind,
+        per_kind_budget=per_kind_budget,
+        seed=seed,
+        stop_threshold=stop_threshold,
+    )
+    ranking = strategy_scores(table, strategy, metric, normalization, noise, seed=seed)
+    check_table_fits(table, identity)
+    gradient_task = table.attrs.get("gradient_task") if strategy == "gradient" else None
+    if strategy == "gradient" and not isinstance(gradient_task, str):
+        raise ProfileError(
+            "the drift table's grad_norm column records no task (table.attrs['gradient_task'])",
+            "add the column with training.transfer.with_gradient_signal(table, loaded, task), which records the task",
+        )
+    if per_kind_budget:
+        assert fraction is not None  # checked by CardSettings
+        per_kind, fraction = matched_per_kind(identity.shapes, identity.total_params, fraction), None
+    params = param_counts(identity.shapes)
+    budget: dict[str, Any] = {"count": count, "fraction": fraction, "per_kind": per_kind}
+    scores, order = ranking.scores, None
+    if ranking.parts is not None:  # a joint strategy pools at the budget's count, as the reference scripts do
+        k = count if count is not None else per_kind
+        if k is None:  # a fraction: the count it admits from the unpooled ranking
+            k = len(select_projections(scores, params, identity.total_params, descending=True, **budget)[1])
+        scores, order = joint_ranking(*ranking.parts, strategy, k)
+    ranked, chosen = select_projections(
+        scores, params, identity.total_params, descending=ranking.descending, order=order, **budget
     )
     trainable_params = sum(params[p] for p in chosen)
-    order = list(identity.shapes)
+    recorded = drift_settings or json.loads(table.attrs.get("settings", "{}"))
+    in_model_order = list(identity.shapes)
     return ProfileCard(
         model=identity,
         prior_task=prior_task,
         strategy=strategy,
-        metric=rank_col,
-        drift_settings=drift_settings or json.loads(table.attrs.get("settings", "{}")),
+        metric=ranking.column,
+        drift_settings=recorded,
         ranking=[{"pid": p, "score": float(scores[p])} for p in ranked],
-        trainable=[p for p in order if p in chosen],
-        frozen=[p for p in order if p not in chosen],
+        trainable=[p for p in in_model_order if p in chosen],
+        frozen=[p for p in in_model_order if p not in chosen],
         trainable_params=trainable_params,
         trainable_fraction=trainable_params / identity.total_params,
-        budget={"count": count}
-        if count is not None
-        else {"fraction": fraction}
-        if per_kind is None
-        else {"per_kind": per_kind},
+        budget=_budget(count, fraction, per_kind),
         stop_threshold=stop_threshold,
         seed=seed,
-        normalization="raw" if unranked else normalization,
+        normalization=ranking.normalization,
+        recipe=recipe_of(recorded),
+        aggregation=table.attrs.get("aggregation", "final"),
+        gradient_task=gradient_task,
     )

@@ -5,6 +5,9 @@ near the pretrained weights point alike. On a few hundred rows of each task this
 gradient of the completion-only loss, the cosine between the two tasks' gradients per matrix, and how well the card's
 picks agree with the target's own gradient ranking (its matrices by gradient norm per parameter, the "gradient
 magnitude" selector). It trains nothing.
+
+The same gradient magnitude is a card strategy of its own (``gradient``): :func:`with_gradient_signal` adds the target
+task's ``grad_norm`` column to a drift table and records the task, which the card keeps.
 """
 
 from __future__ import annotations
@@ -19,14 +22,19 @@ from scipy.stats import spearmanr
 from transformers import DataCollatorForSeq2Seq
 
 from topotuner_lab._io.config import NON_NEGATIVE_INT, POSITIVE_INT, Config, opt
-from topotuner_lab.profiles.card import ProfileCard
+from topotuner_lab._io.errors import ProfileError
+from topotuner_lab.drift.signals import join_signal
+from topotuner_lab.profiles.card import FIXED_RANKINGS, ProfileCard
 from topotuner_lab.tasks.specs import get_task, load_task
 from topotuner_lab.training.trainer import tokenize_for_training
+from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import LoadedModel
 from topotuner_lab.weights.projections import enumerate_projections
 
 #: median cosine over the card's matrices above which the gradient fields read as close (a heuristic, not a test)
 CLOSE = 0.5
+#: the drift-table column of the gradient-magnitude selector (strategy ``gradient``)
+GRADIENT_COLUMN = FIXED_RANKINGS["gradient"][0]
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,56 @@ def projection_gradients(
     return gradients
 
 
+def _rms(gradient: np.ndarray) -> float:
+    """The gradient magnitude of one matrix: its RMS entry (the gradient norm per parameter)."""
+    return float(np.sqrt(np.mean(np.square(gradient, dtype=np.float64))))
+
+
+def gradient_signal(
+    loaded: LoadedModel, task: str, settings: TransferCheckSettings | None = None, data_source: str | None = None
+) -> pd.DataFrame:
+    """The gradient-magnitude selector's column for ``task``: one row per projection, ``pid`` and ``grad_norm``.
+
+    ``grad_norm`` is the RMS entry of each attention matrix's mean completion-only loss gradient over
+    ``settings.n_rows`` training rows of ``task`` at ``loaded``'s weights (:func:`projection_gradients`).
+    """
+    gradients = projection_gradients(loaded, task, settings or TransferCheckSettings(), data_source)
+    return pd.DataFrame({"pid": list(gradients), GRADIENT_COLUMN: [_rms(g) for g in gradients.values()]})
+
+
+def with_gradient_signal(
+    table: pd.DataFrame,
+    loaded: LoadedModel,
+    task: str,
+    settings: TransferCheckSettings | None = None,
+    *,
+    data_source: str | None = None,
+) -> pd.DataFrame:
+    """``table`` with the target task's ``grad_norm`` column (a ``gradient`` card's), the task in its attrs.
+
+    Parameters
+    ----------
+    table : drift table of ``loaded``'s pretrained weights (a recorded ``before_hash`` must be theirs).
+    loaded : the pretrained model (not changed: gradients are taken on a copy).
+    task : the target task whose gradients rank the matrices (a column from another task is replaced).
+    settings : rows, length, batch size and row seed (:class:`TransferCheckSettings`).
+
+    Returns
+    -------
+    The table (its attrs kept) with :func:`gradient_signal`'s ``grad_norm`` joined by projection id and
+    ``attrs["gradient_task"] = task``, which ``build_profile(strategy="gradient")`` records in the card.
+    """
+    recorded = table.attrs.get("before_hash")
+    if recorded is not None and recorded != (weights := extract_snapshot(loaded).weights_hash):
+        raise ProfileError(
+            f"drift table was computed from weights {str(recorded)[:12]}, the model has {weights[:12]}",
+            "take the gradients on the pretrained model the table was computed from",
+        )
+    joined = join_signal(table, gradient_signal(loaded, task, settings, data_source))
+    joined.attrs["gradient_task"] = task
+    return joined
+
+
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     denominator = float(np.linalg.norm(a) * np.linalg.norm(b))
     return float(np.vdot(a, b) / denominator) if denominator > 0 else float("nan")
@@ -122,8 +180,8 @@ def compare_gradients(
         {
             "pid": pids,
             "cosine": [_cosine(prior[p], target[p]) for p in pids],
-            "grad_prior": [float(np.sqrt(np.mean(prior[p] ** 2))) for p in pids],
-            "grad_target": [float(np.sqrt(np.mean(target[p] ** 2))) for p in pids],
+            "grad_prior": [_rms(prior[p]) for p in pids],
+            "grad_target": [_rms(target[p]) for p in pids],
             "in_card": [p in card.trainable for p in pids],
         }
     )
