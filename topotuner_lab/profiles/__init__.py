@@ -16,6 +16,10 @@ _EXPORTS = {
     "identity_of": ".apply",
     "compare_cards": ".compare",
     "CardComparison": ".compare",
+    "selector_scores": ".compare",
+    "rank_agreement": ".compare",
+    "matched_per_kind": ".select",
+    "strategy_scores": ".select",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

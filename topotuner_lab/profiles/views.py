@@ -25,6 +25,8 @@ def card_markdown(card: ProfileCard) -> str:
         f"{card.model.total_params:,} parameters)\n"
         f"- **Prior task**: {card.prior_task}\n- **Strategy**: {card.strategy}, ranked by `{card.metric}` "
         f"({card.normalization})\n"
+        f"- **Drift**: recipe {card.recipe or 'not recorded'}, {card.aggregation} over the prior's epochs"
+        f"{f'; gradient of {card.gradient_task}' if card.gradient_task else ''}\n"
         f"- **Budget**: {card.budget}; **trainable**: {len(card.trainable)} projections, "
         f"{card.trainable_params:,} parameters "
         f"({100 * card.trainable_fraction:.2f}% of the model)\n"
