@@ -1,17 +1,23 @@
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
+from topotuner_lab._io.errors import ParameterError, ProfileError
 from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
-from topotuner_lab.lab import plots
-from topotuner_lab.lab.widgets import ProfileBuilder, ProjectionPicker
+from topotuner_lab.drift.settings import DriftSettings
+from topotuner_lab.lab import plots, workbench
+from topotuner_lab.lab.widgets import ProfileBuilder, ProjectionPicker, table_recipe
 from topotuner_lab.profiles.apply import identity_of
 from topotuner_lab.profiles.card import ProfileCard
+from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.study.workspace import WorkDir
 from topotuner_lab.topology.persistence import diagrams
-from topotuner_lab.weights.snapshot import perturb_snapshot
+from topotuner_lab.training.transfer import CLOSE, TransferCheck
+from topotuner_lab.weights.snapshot import perturb_snapshot, save_snapshot
 
 
 @pytest.fixture
@@ -118,3 +124,168 @@ def test_png_export_retries_a_transient_kaleido_failure(tmp_path, monkeypatch):
     )
     with pytest.raises(RuntimeError, match="always"), pytest.warns(UserWarning):
         plots._write_png(go.Figure(), tmp_path / "b.png")
+
+
+def test_rank_agreement_heatmap_is_square_annotated_and_fixed_to_minus_one_one():
+    names = ["high-drift", "low-drift", "magnitude", "snr"]
+    values = np.array(
+        [[1.0, -0.8, 0.35, np.nan], [-0.8, 1.0, -0.2, 0.1], [0.35, -0.2, 1.0, 0.05], [np.nan, 0.1, 0.05, 1.0]]
+    )
+    fig = plots.rank_agreement_heatmap(pd.DataFrame(values, index=names, columns=names))
+    (heat,) = fig.data
+    assert isinstance(heat, go.Heatmap) and list(heat.x) == names and list(heat.y) == names
+    assert (heat.zmin, heat.zmax, heat.zmid) == (-1, 1, 0)
+    scale = [c for _, c in heat.colorscale]
+    assert scale[0] != scale[-1] and len(scale) > 2  # diverging: two ends, a middle
+    np.testing.assert_array_equal(np.asarray(heat.z, dtype=float), values)
+    assert heat.text[0][1] == "-0.80" and heat.text[1][3] == "0.10" and heat.text[0][3] == ""  # NaN left blank
+    assert heat.texttemplate == "%{text}" and fig.layout.yaxis.autorange == "reversed"  # reads like the table
+    with pytest.raises(ValueError, match="square"):
+        plots.rank_agreement_heatmap(pd.DataFrame(values[:, :3], index=names, columns=names[:3]))
+
+
+def test_transfer_gradients_marks_the_card_picks():
+    pids = ["L0.q", "L0.k", "L0.v", "L0.o", "L1.q", "L1.k", "L1.v", "L1.o"]
+    table = pd.DataFrame(
+        {
+            "pid": pids,
+            "cosine": [0.9, 0.1, -0.3, 0.7, 0.8, 0.2, 0.6, -0.1],
+            "grad_prior": np.linspace(0.1, 0.8, 8),
+            "grad_target": np.linspace(0.8, 0.1, 8),
+            "in_card": [True, False, False, True, True, False, False, False],
+        }
+    )
+    check = TransferCheck("sst2", "agnews", table, 0.8, 0.4, 0.5, 2 / 3)
+    fig = plots.transfer_gradients(check)
+    heat = next(t for t in fig.data if isinstance(t, go.Heatmap))
+    grid = np.asarray(heat.z, dtype=float)
+    assert list(heat.x) == ["q", "k", "v", "o"] and list(heat.y) == [0, 1] and (heat.zmin, heat.zmax) == (-1, 1)
+    assert grid[1, 2] == 0.6 and grid[0, 2] == -0.3  # L1.v, L0.v
+    picks = next(t for t in fig.data if isinstance(t, go.Scatter))
+    assert sorted(zip(picks.y, picks.x)) == [(0, "o"), (0, "q"), (1, "q")]
+    boxes = {t.name: sorted(t.y) for t in fig.data if isinstance(t, go.Box)}
+    assert boxes == {"card's picks": [0.7, 0.8, 0.9], "other matrices": [-0.3, -0.1, 0.1, 0.2, 0.6]}
+    assert any(shape.y0 == CLOSE for shape in fig.layout.shapes) and "sst2 -> agnews" in fig.layout.title.text
+
+
+@pytest.fixture
+def recipe_tables(tiny_snapshot):
+    """A drift source over the tiny model: each recipe's table (pretrained vs a perturbed copy) and two noise tables."""
+    after = perturb_snapshot(tiny_snapshot, 0.05)
+    calls = []
+
+    def source(name):
+        calls.append(name)
+        settings = DriftSettings.recipe(name)
+        table = drift_table(tiny_snapshot, after, settings, n_jobs=1, cache=DriftCache(None))
+        noise = [
+            drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.01, seed), settings, n_jobs=1)
+            for seed in (0, 1)
+        ]
+        return table, noise
+
+    source.calls = calls
+    return source
+
+
+def test_profile_builder_offers_the_drift_recipe(recipe_tables, tiny_llama, tmp_path):
+    identity = identity_of(tiny_llama.model, "tiny-llama")
+    builder = ProfileBuilder(None, identity, "sst2", tmp_path, drift=recipe_tables)
+    assert builder.recipe.options == ("default", "reference") and builder.recipe.value == "default"
+    assert not builder.recipe.disabled and recipe_tables.calls == ["default"]
+    assert builder.dim.options == (0, 1) and builder.order.options == ("1", "2", "bottleneck")
+    assert "noise-z" in builder.normalization.options  # the source gave two noise tables
+    builder.mode.value, builder.count.value = "count", 3
+    builder.dim.value, builder.order.value, builder.normalization.value = 1, "2", "noise-z"
+    assert builder.card.metric == "h1_w2" and builder.card.normalization == "noise-z"
+
+    builder.recipe.value = "reference"  # H0 only, W1 only: the controls follow the table
+    assert recipe_tables.calls == ["default", "reference"] and table_recipe(builder.table) == "reference"
+    assert builder.dim.options == (0,) and builder.order.options == ("1",)
+    assert builder.card.metric == "h0_w1" and builder.card.normalization == "noise-z"  # kept where offered
+    assert DriftSettings.from_key(builder.card.drift_settings).recipe_name == "reference"
+    assert "cosine distance between rows, H0" in builder.recipe_info.value
+    expected = build_profile(
+        builder.table, identity, prior_task="sst2", count=3, normalization="noise-z", noise=builder.noise
+    )
+    assert builder.card.trainable == expected.trainable and "3</b> trainable" in builder.status.value
+    assert builder.save()[0].name == "sst2-high-drift-3m-reference.json"
+
+    builder.use_recipe("default")  # back: the lab's table, dimension 0 (kept), all orders offered again
+    assert table_recipe(builder.table) == "default" and builder.order.options == ("1", "2", "bottleneck")
+    assert builder.card.drift_settings == DriftSettings().key()
+
+
+def test_profile_builder_recipe_errors(recipe_tables, table, tiny_llama, tmp_path):
+    identity = identity_of(tiny_llama.model, "tiny-llama")
+    fixed = ProfileBuilder(table, identity, "sst2", tmp_path)  # a table, no source: its recipe, fixed
+    assert fixed.recipe.value == "default" and fixed.recipe.disabled
+    with pytest.raises(ProfileError, match="no drift source"):
+        fixed.use_recipe("reference")
+    with pytest.raises(ProfileError, match="needs a drift table or a drift source"):
+        ProfileBuilder(None, identity, "sst2", tmp_path)
+    with pytest.raises(ParameterError, match="unknown drift recipe"):
+        ProfileBuilder(None, identity, "sst2", tmp_path, drift=recipe_tables, recipe="authors")
+
+    def failing(name):
+        if name == "reference":
+            raise ParameterError("the reference table could not be computed", "try again")
+        return recipe_tables(name)
+
+    builder = ProfileBuilder(None, identity, "sst2", tmp_path, drift=failing)
+    before = builder.card
+    builder.recipe.value = "reference"  # the error is shown; the table in use stays, and so does the dropdown
+    assert builder.recipe.value == "default" and table_recipe(builder.table) == "default"
+    assert "could not be computed" in builder.status.value and builder.card == before
+
+
+def test_drift_source_keeps_each_recipe_in_its_own_folder(tiny_snapshot, tmp_path):
+    work = WorkDir(tmp_path / "work")
+    save_snapshot(tiny_snapshot, work.pretrained)
+    save_snapshot(perturb_snapshot(tiny_snapshot, 0.05), work.finetuned("sst2"))
+    source = workbench.drift_source(work.root, "sst2")
+    default, noise = source("default")
+    reference, _ = source("reference")
+    assert workbench.recipe_work(work.root) == work and len(noise) == len(workbench.NOISE_SEEDS)
+    assert work.drift_tables() == [work.drift_table("sst2")]  # the folder's drift tables stay the default recipe's
+    folder = workbench.recipe_work(work.root, "reference")
+    assert folder.drift_table("sst2").is_file() and folder.noise_table(1).is_file()
+    assert table_recipe(default) == "default" and table_recipe(reference) == "reference"
+    assert "h1_w1" in default and "h1_w1" not in reference
+    with pytest.raises(ParameterError, match="unknown drift recipe"):
+        workbench.recipe_work(work.root, "authors")
+
+
+def test_agreement_sentence_reads_the_matrix():
+    names = ["high-drift", "low-drift", "magnitude", "snr", "alpha", "kappa"]
+    matrix = pd.DataFrame(np.eye(6), index=names, columns=names)
+    for other, value in {"low-drift": -1.0, "magnitude": 0.26, "snr": 0.38, "alpha": -0.05, "kappa": 0.17}.items():
+        matrix.loc["high-drift", other] = matrix.loc[other, "high-drift"] = value
+    sentence = workbench.agreement_sentence(matrix)
+    assert "agrees most with snr (Spearman rho +0.38) and least with alpha (-0.05)" in sentence
+    assert "moderate (|rho| 0.38): topology partly picks as snr would" in sentence  # low-drift (-1) is left out
+    matrix.loc["high-drift", "alpha"] = matrix.loc["alpha", "high-drift"] = -0.8
+    assert "strong (|rho| 0.80): topology largely picks the opposite of alpha" in workbench.agreement_sentence(matrix)
+    matrix.loc[["magnitude", "snr", "alpha", "kappa"], "high-drift"] = [0.1, -0.2, 0.05, np.nan]  # NaN: no ranking
+    assert "weak (|rho| 0.20): topology ranks the matrices in an order of its own" in workbench.agreement_sentence(
+        matrix
+    )
+
+
+def test_selector_agreement_on_the_series_table(tiny_snapshot, tiny_llama, tmp_path):
+    from topotuner_lab.drift.signals import with_signals
+    from topotuner_lab.profiles.compare import rank_agreement, selector_scores
+
+    work = WorkDir(tmp_path / "work")
+    save_snapshot(tiny_snapshot, work.pretrained)
+    save_snapshot(perturb_snapshot(tiny_snapshot, 0.05), work.finetuned("sst2"))
+    table, noise = workbench.drift_source(work.root, "sst2")("default")
+    build_profile(table, identity_of(tiny_llama.model, "tiny-llama"), prior_task="sst2", count=3).save(work.card())
+    matrix, sentence = workbench.selector_agreement(work.root)
+    assert list(matrix.index) == list(matrix.columns) == list(workbench.SELECTORS)
+    assert np.allclose(np.diag(matrix), 1) and np.isclose(matrix.loc["high-drift", "low-drift"], -1)
+    direct = rank_agreement(selector_scores(with_signals(table, tiny_snapshot), workbench.SELECTORS, "h0_w1"))
+    pd.testing.assert_frame_equal(matrix, direct)
+    assert sentence.startswith("Topology (high-drift by h0_w1) agrees most with")
+    fig = plots.rank_agreement_heatmap(matrix)
+    np.testing.assert_allclose(np.asarray(fig.data[0].z, dtype=float), matrix.to_numpy())

@@ -16,7 +16,9 @@ from tqdm.auto import tqdm
 
 from topotuner_lab._io.config import OPEN_UNIT, POSITIVE, POSITIVE_INT, Config, opt
 from topotuner_lab._io.errors import InputFileError, ParameterError, TopoTunerError
+from topotuner_lab.drift.settings import RECIPES
 from topotuner_lab.training.early_stopping import DEFAULT_STOP_THRESHOLD
+from topotuner_lab.training.transfer import TransferCheckSettings
 
 NOTEBOOKS: tuple[str, ...] = (
     "01_extract.ipynb",
@@ -46,6 +48,10 @@ class NotebookPreset(Config):
     batch_size: int = opt(8, "training batch size", check=POSITIVE_INT)
     budget_pct: float = opt(1.0, "card budget in percent of the model", check=POSITIVE)
     stop_threshold: float = opt(DEFAULT_STOP_THRESHOLD, "early-stopping threshold", check=OPEN_UNIT)
+    transfer_rows: int = opt(
+        TransferCheckSettings().n_rows, "rows of each task in the transfer check before training", check=POSITIVE_INT
+    )
+    recipe: str = opt("default", "drift recipe of the profile (default or reference)", choices=tuple(RECIPES))
 
 
 NOTEBOOK_PRESETS: dict[str, NotebookPreset] = {
@@ -62,6 +68,7 @@ NOTEBOOK_PRESETS: dict[str, NotebookPreset] = {
         batch_size=8,
         budget_pct=5.0,
         stop_threshold=0.9,
+        transfer_rows=8,
     ),
     # the prior fine-tune (256 examples x 2 epochs at 1e-4) moves the weights well past the Q4_1 noise floor,
     # so the card ranks real drift
@@ -72,9 +79,9 @@ EXPECTED_FIGURES: dict[str, tuple[str, ...]] = {
     "02_persistence_diagrams.ipynb": ("persistence_diagram", "barcode"),
     "03_drift_heatmaps.ipynb": ("drift_heatmaps", "rank_correlation"),
     "04_build_profile.ipynb": ("profile_selection",),
-    "05_finetune_compare.ipynb": ("training_curves", "cost_bars"),
+    "05_finetune_compare.ipynb": ("transfer_check", "training_curves", "cost_bars"),
     "06_early_stopping.ipynb": ("early_stopping",),
-    "07_compare_cards.ipynb": ("card_comparison",),
+    "07_compare_cards.ipynb": ("card_comparison", "selector_agreement"),
 }
 
 

@@ -23,6 +23,7 @@ from topotuner_lab.weights.projections import KINDS, parse_pid
 
 if TYPE_CHECKING:
     from topotuner_lab.profiles.compare import CardComparison
+    from topotuner_lab.training.transfer import TransferCheck
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
 #: The offline renderer in notebooks: plotly's JSON mimetype for JupyterLab, plus inlined plotly.js for nbconvert.
@@ -180,6 +181,124 @@ def rank_correlation(
         )
     )
     fig.update_layout(title=title, template="plotly_white")
+    return fig
+
+
+def rank_agreement_heatmap(matrix: pd.DataFrame, title: str = "Rank agreement between selectors") -> go.Figure:
+    """An annotated square heatmap of a rank-agreement matrix (e.g. Spearman between selectors' rankings).
+
+    The colour scale is diverging and fixed to -1..1 (white at 0), so matrices of different runs read alike; a
+    missing value (NaN, e.g. a constant ranking) is left blank.
+    """
+    if list(matrix.index) != list(matrix.columns):
+        raise ValueError(f"a rank-agreement matrix is square with the same labels on both axes, got {matrix.shape}")
+    labels = [str(c) for c in matrix.columns]
+    z = matrix.to_numpy(dtype=float)
+    text = [["" if np.isnan(v) else f"{v:.2f}" for v in row] for row in z]
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=labels,
+            y=labels,
+            zmin=-1,
+            zmax=1,
+            zmid=0,
+            colorscale="RdBu",
+            text=text,
+            texttemplate="%{text}",
+            colorbar=dict(title="agreement"),
+            hovertemplate="%{y} vs %{x}: %{z:.3f}<extra></extra>",
+        )
+    )
+    size = max(400, 60 * len(labels) + 200)
+    fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain")
+    fig.update_xaxes(constrain="domain")
+    fig.update_layout(title=title, template="plotly_white", width=size + 100, height=size)
+    return fig
+
+
+def transfer_gradients(check: TransferCheck, title: str | None = None) -> go.Figure:
+    """The transfer check per matrix, the card's picks marked.
+
+    Left: the gradient cosine of prior and target per matrix on the layer x kind plane (-1..1), the card's picks
+    outlined; right: the cosines of the card's picks beside those of the other matrices (dashed: the ``CLOSE``
+    threshold of the verdict).
+    """
+    from topotuner_lab.training.transfer import CLOSE
+
+    table = check.table.assign(
+        layer=[parse_pid(pid)[0] for pid in check.table["pid"]], kind=[parse_pid(pid)[1] for pid in check.table["pid"]]
+    )
+    grid = layer_kind_grid(table, "cosine")
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.6, 0.4],
+        horizontal_spacing=0.16,
+        subplot_titles=["gradient cosine per matrix (prior vs target)", "card's picks vs the rest"],
+    )
+    fig.add_trace(
+        go.Heatmap(
+            z=grid.values,
+            x=list(grid.columns),
+            y=list(grid.index),
+            zmin=-1,
+            zmax=1,
+            zmid=0,
+            colorscale="RdBu",
+            colorbar=dict(title="cosine", x=0.515, xanchor="left", thickness=15),
+            hovertemplate="L%{y}.%{x}<br>cosine %{z:.3f}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    picks = table[table["in_card"]]
+    fig.add_trace(
+        go.Scatter(
+            x=picks["kind"],
+            y=picks["layer"],
+            mode="markers",
+            name="card's picks",
+            marker=dict(symbol="square-open", size=14, color="black", line=dict(width=2)),
+            hoverinfo="skip",
+        ),
+        row=1,
+        col=1,
+    )
+    for name, rows, color in (
+        ("card's picks", picks, COLORS[1]),
+        ("other matrices", table[~table["in_card"]], COLORS[0]),
+    ):
+        fig.add_trace(
+            go.Box(
+                y=rows["cosine"],
+                name=name,
+                text=rows["pid"],
+                boxpoints="all",
+                jitter=0.4,
+                pointpos=0,
+                marker_color=color,
+                showlegend=False,
+                hovertemplate="%{text}: cosine %{y:.3f}<extra></extra>",
+            ),
+            row=1,
+            col=2,
+        )
+    fig.add_hline(y=CLOSE, line_dash="dash", line_color="gray", row=1, col=2)
+    n_layers = int(table["layer"].nunique())
+    fig.update_xaxes(categoryorder="array", categoryarray=[k for k in KINDS if k in set(table["kind"])], row=1, col=1)
+    fig.update_yaxes(title_text="layer", dtick=1 if n_layers <= 12 else 5, row=1, col=1)
+    fig.update_yaxes(title_text="gradient cosine", range=[-1.05, 1.05], row=1, col=2)
+    fig.update_layout(
+        title=title
+        or (
+            f"Transfer check: {check.card_prior} -> {check.target} (median cosine {check.median_cosine_card:.2f} over "
+            f"the card's picks, {check.median_cosine_all:.2f} over all)"
+        ),
+        template="plotly_white",
+        legend=dict(orientation="h", y=-0.12),
+        height=max(380, 18 * n_layers + 180),
+    )
     return fig
 
 

@@ -6,6 +6,7 @@ Both work without a browser: set ``.value`` of their controls in Python and read
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -14,11 +15,12 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from topotuner_lab._io import atomic
-from topotuner_lab._io.errors import ProfileError
+from topotuner_lab._io.errors import ParameterError, ProfileError, TopoTunerError
 from topotuner_lab.drift import columns
 from topotuner_lab.drift.noise import NoiseCheck, noise_check
+from topotuner_lab.drift.settings import RECIPES, DriftSettings
 from topotuner_lab.lab.plots import drift_heatmaps, update_figure_widget
-from topotuner_lab.profiles.card import NORMALIZATIONS, STRATEGIES, ModelIdentity, ProfileCard
+from topotuner_lab.profiles.card import DEFAULT_NORMALIZATION, NORMALIZATIONS, STRATEGIES, ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.weights.projections import parse_pid
 
@@ -47,16 +49,45 @@ class ProjectionPicker(w.HBox):
             self._on_change(self.pid)
 
 
+#: the drift table and its noise tables (the noise floor) of a named recipe, computed or loaded when asked
+#: (:func:`topotuner_lab.lab.workbench.drift_source`)
+DriftSource = Callable[[str], tuple[pd.DataFrame, Sequence[pd.DataFrame]]]
+
+
+def table_recipe(table: pd.DataFrame) -> str:
+    """The recipe (:data:`~topotuner_lab.drift.settings.RECIPES`) a drift table records; ``custom`` for other settings.
+
+    A table without recorded settings (a CSV file) reads as ``unknown``.
+    """
+    recorded = table.attrs.get("settings")
+    if not recorded:
+        return "unknown"
+    return DriftSettings.from_key(json.loads(recorded)).recipe_name
+
+
+def recipe_summary(name: str) -> str:
+    """One line on what a recipe measures (rows' distance, dimensions, orders, ground metric)."""
+    if name not in RECIPES:
+        return f"drift settings: {name}"
+    s = DriftSettings.recipe(name)
+    dims = "H0" if s.maxdim == 0 else "H0 and H1"
+    orders = ", ".join(f"W{p:g}" for p in s.orders) + (", bottleneck" if s.bottleneck else "")
+    return f"{name}: {s.metric} distance between rows, {dims}; {orders}; ground metric L{s.internal_p:g}"
+
+
 class ProfileBuilder(w.VBox):
-    """A profile card built with widgets: strategy, budget (% or count), metric and homology dimension.
+    """A profile card built with widgets: drift recipe, strategy, budget (% or count), metric and homology dimension.
 
     The heatmap and the trainable-parameter count follow every change; *Save* writes the card, its Markdown view
-    and the Spectrum/axolotl YAML.
+    and the Spectrum/axolotl YAML. Given a ``drift`` source, the *recipe* control picks the drift table
+    (:data:`~topotuner_lab.drift.settings.RECIPES`: the lab's ``default`` or the authors' ``reference``), computed or
+    loaded when picked; the H dim and metric controls then offer that table's measures. Without one the recipe shows
+    the given table's and is fixed.
     """
 
     def __init__(
         self,
-        table: pd.DataFrame,
+        table: pd.DataFrame | None,
         identity: ModelIdentity,
         prior_task: str,
         out_dir: str | Path = ".",
@@ -64,26 +95,37 @@ class ProfileBuilder(w.VBox):
         stop_threshold: float | None = None,
         seed: int = 0,
         noise: Sequence[pd.DataFrame] = (),
+        drift: DriftSource | None = None,
+        recipe: str = "default",
     ) -> None:
-        self.table, self.identity, self.prior_task, self.out_dir = table, identity, prior_task, Path(out_dir)
-        self.stop_threshold, self.seed, self.noise = stop_threshold, seed, list(noise)
-        measures = columns.measures(table)
-        dims = sorted({m.dim for m in measures})
-        orders = sorted({f"{m.order:g}" for m in measures if m.order is not None})
+        if table is None:
+            if drift is None:
+                raise ProfileError(
+                    "the profile builder needs a drift table or a drift source",
+                    "pass a table, or drift=workbench.drift_source(work_dir, prior_task)",
+                )
+            table, noise = self._load(drift, recipe)
+        self.identity, self.prior_task, self.out_dir = identity, prior_task, Path(out_dir)
+        self.stop_threshold, self.seed, self.drift = stop_threshold, seed, drift
+        self.table, self.noise = table, list(noise)
+        self._holding = True  # no refresh while controls are (re)configured
+        current = table_recipe(table)
+        self.recipe = w.Dropdown(
+            options=list(RECIPES) + ([current] if current not in RECIPES else []),
+            value=current,
+            description="recipe",
+            disabled=drift is None,
+        )
+        self.recipe_info = w.HTML(f"<span style='color:#555'>{recipe_summary(current)}</span>")
         self.strategy = w.Dropdown(options=list(STRATEGIES), value="high-drift", description="strategy")
         self.mode = w.ToggleButtons(options=["percent", "count"], value="percent", description="budget in")
         self.percent = w.FloatSlider(value=1.0, min=0.1, max=10.0, step=0.1, description="budget %")
         self.count = w.IntSlider(value=4, min=1, max=len(table), description="matrices")
-        self.dim = w.Dropdown(options=dims, value=dims[0], description="H dim")
-        self.order = w.Dropdown(
-            options=orders + (["bottleneck"] if any(m.order is None for m in measures) else []),
-            value=orders[0],
-            description="metric",
-        )
-        usable = [n for n in NORMALIZATIONS if n != "noise-z" or len(self.noise) >= 2]
-        self.normalization = w.Dropdown(
-            options=usable, value="per-point" if "per-point" in usable else usable[0], description="normalize"
-        )
+        self.dim = w.Dropdown(description="H dim")
+        self.order = w.Dropdown(description="metric")
+        self.normalization = w.Dropdown(description="normalize")
+        self._loaded = current
+        self._configure()
         self.status = w.HTML()
         self.plot = go.FigureWidget()
         self.save_button = w.Button(description="Save profile card", button_style="success", icon="save")
@@ -93,6 +135,7 @@ class ProfileBuilder(w.VBox):
         self.noise_status = w.HTML()
         super().__init__(
             [
+                w.HBox([self.recipe, self.recipe_info]),
                 w.HBox([self.strategy, self.mode]),
                 w.HBox([self.percent, self.count]),
                 w.HBox([self.dim, self.order, self.normalization]),
@@ -102,9 +145,69 @@ class ProfileBuilder(w.VBox):
                 self.plot,
             ]
         )
+        self.recipe.observe(lambda change: self.use_recipe(change.new), names="value")
         for control in (self.strategy, self.mode, self.percent, self.count, self.dim, self.order, self.normalization):
-            control.observe(lambda _c: self.refresh(), names="value")
+            control.observe(lambda _c: None if self._holding else self.refresh(), names="value")
+        self._holding = False
         self.refresh()
+
+    @staticmethod
+    def _load(drift: DriftSource, recipe: str) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+        if recipe not in RECIPES:
+            raise ParameterError(f"unknown drift recipe {recipe!r}", f"use one of {', '.join(RECIPES)}")
+        table, noise = drift(recipe)
+        return table, list(noise)
+
+    @staticmethod
+    def _set_options(control: w.Dropdown, options: Sequence[object], prefer: object) -> None:
+        """New options for ``control``, keeping its value (else ``prefer``, else the first) where it is offered."""
+        keep = next((v for v in (control.value, prefer) if v in options), options[0])
+        control.options = options
+        control.value = keep
+
+    def _configure(self) -> None:
+        """Offer the current table's homology dimensions, orders and normalizations (without refreshing)."""
+        measures = columns.measures(self.table)
+        dims = sorted({m.dim for m in measures})
+        orders = sorted({f"{m.order:g}" for m in measures if m.order is not None}, key=float)
+        orders += ["bottleneck"] if any(m.order is None for m in measures) else []
+        usable = [n for n in NORMALIZATIONS if n != "noise-z" or len(self.noise) >= 2]
+        self._set_options(self.dim, dims, dims[0])
+        self._set_options(self.order, orders, orders[0])
+        self._set_options(self.normalization, usable, DEFAULT_NORMALIZATION)
+        self.count.max = len(self.table)
+
+    def use_recipe(self, name: str) -> ProfileCard | None:
+        """Switch to the drift table of recipe ``name`` (computed or loaded by the drift source) and rebuild the card.
+
+        The H dim and metric controls keep their values where the new table has them (the ``reference`` recipe is
+        H0 with W1 only). A recipe that cannot be loaded shows its error and keeps the current table.
+        """
+        if self.drift is None:
+            raise ProfileError(
+                "this profile builder has no drift source: its recipe is fixed by the table it was given",
+                "build it with drift=workbench.drift_source(work_dir, prior_task) to choose the recipe",
+            )
+        if self.recipe.value != name:
+            self.recipe.value = name  # the observer calls back here
+            return self.card
+        if name == self._loaded:
+            return self.card
+        self.status.value = f"loading the drift table of recipe <b>{name}</b>..."
+        try:
+            self.table, self.noise = self._load(self.drift, name)
+        except TopoTunerError as exc:
+            self.recipe.value = self._loaded  # back to the table still in use (a no-op call back)
+            self.status.value = f"<b style='color:#b00'>{exc.problem}</b> — {exc.fix}"
+            return None
+        self._loaded = name
+        self.recipe_info.value = f"<span style='color:#555'>{recipe_summary(name)}</span>"
+        self._holding = True
+        try:
+            self._configure()
+        finally:
+            self._holding = False
+        return self.refresh()
 
     @property
     def metric(self) -> str:
@@ -156,7 +259,8 @@ class ProfileBuilder(w.VBox):
         if self.card is None:
             raise ProfileError("no valid profile is selected", "change the budget until the builder shows a selection")
         budget = f"{self.percent.value:g}pct" if self.mode.value == "percent" else f"{self.count.value}m"
-        stem = stem or f"{self.prior_task}-{self.card.strategy}-{budget}"
+        recipe = "" if self.recipe.value == "default" else f"-{self.recipe.value}"
+        stem = stem or f"{self.prior_task}-{self.card.strategy}-{budget}{recipe}"
         card_path = self.card.save(self.out_dir / f"{stem}.json")
         yaml_path = atomic.write_text(self.out_dir / f"{stem}.spectrum.yaml", self.card.to_spectrum_yaml())
         self.status.value += f"<br>saved {card_path}"

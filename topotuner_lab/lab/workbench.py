@@ -6,14 +6,15 @@ the methods side by side. File names come from :class:`~topotuner_lab.study.work
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from topotuner_lab.drift import columns
 from topotuner_lab.drift.noise import NoiseCheck, noise_check
-from topotuner_lab.drift.settings import DriftSettings
+from topotuner_lab.drift.settings import RECIPES, DriftSettings
 from topotuner_lab.drift.tables import load_table
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.profiles.select import build_profile
@@ -23,8 +24,14 @@ from topotuner_lab.training.results import RunResults, load_results
 from topotuner_lab.weights.models import LoadedModel, load_model
 from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
+if TYPE_CHECKING:
+    from topotuner_lab.training.transfer import TransferCheck
+
 #: perturbation seeds of the noise floor (two, so a z-score against noise is defined)
 NOISE_SEEDS: tuple[int, ...] = (0, 1)
+#: the selectors notebook 7 ranks side by side: topology (high- and low-drift), the magnitude control, and the field's
+#: weight statistics (Spectrum's SNR, WeightWatcher's alpha, KappaTune's kappa)
+SELECTORS: tuple[str, ...] = ("high-drift", "low-drift", "magnitude", "snr", "alpha", "kappa")
 
 
 def pretrained_snapshot(model: str, work_dir: str | Path) -> tuple[LoadedModel, Snapshot]:
@@ -60,6 +67,67 @@ def noise_floor(
 ) -> list[pd.DataFrame]:
     """Drift of the pretrained matrices against perturbed copies of themselves, a table per seed in ``NOISE_SEEDS``."""
     return noise_tables_once(pretrained, WorkDir(work_dir), NOISE_SEEDS, settings)
+
+
+def recipe_work(work_dir: str | Path, recipe: str = "default") -> WorkDir:
+    """The work folder of a drift recipe's tables: ``work_dir`` itself for ``default``, else ``recipes/<name>`` in it.
+
+    Each recipe keeps its own drift and noise tables (same file names), so switching recipes never recomputes over
+    the other's, and the folder's ``drift-*.parquet`` stay the default recipe's.
+    """
+    DriftSettings.recipe(recipe)  # an unknown name is refused here
+    work = WorkDir(work_dir)
+    return work if recipe == "default" else WorkDir(work.root / "recipes" / recipe)
+
+
+def recipe_drift(
+    pretrained: Snapshot, finetuned: Snapshot, work_dir: str | Path, prior_task: str, recipe: str = "default"
+) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+    """The drift table of ``prior_task`` under ``recipe`` and its noise floor, each computed once (then reused)."""
+    settings, work = DriftSettings.recipe(recipe), recipe_work(work_dir, recipe)
+    table = cached_drift_table(pretrained, finetuned, work.drift_table(prior_task), settings)
+    return table, noise_tables_once(pretrained, work, NOISE_SEEDS, settings)
+
+
+def drift_source(work_dir: str | Path, prior_task: str) -> Callable[[str], tuple[pd.DataFrame, list[pd.DataFrame]]]:
+    """Recipe name -> (drift table, noise tables) of the prior task, for the profile builder's recipe control.
+
+    The snapshots of notebook 1 are read on the first call; each recipe's tables are computed once
+    (:func:`recipe_drift`).
+    """
+    pair: list[tuple[Snapshot, Snapshot]] = []
+
+    def load(recipe: str) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+        if not pair:
+            pair.append(load_pair(work_dir, prior_task))
+        return recipe_drift(*pair[0], work_dir, prior_task, recipe)
+
+    return load
+
+
+def card_recipe(card: ProfileCard) -> str:
+    """The drift recipe a card was built with (``custom`` for other settings, ``unknown`` when it records none)."""
+    if not card.drift_settings:
+        return "unknown"
+    return DriftSettings.from_key(card.drift_settings).recipe_name
+
+
+def check_transfer(
+    loaded: LoadedModel,
+    work_dir: str | Path,
+    target_task: str,
+    card: str | Path = "",
+    **settings: Any,
+) -> TransferCheck:
+    """The transfer check of a card (default: notebook 4's) from its prior task to ``target_task``, before training.
+
+    ``settings`` are :class:`~topotuner_lab.training.transfer.TransferCheckSettings` fields (``n_rows``,
+    ``max_length``, ``batch_size``, ``seed``).
+    """
+    from topotuner_lab.training.transfer import TransferCheckSettings, transfer_check
+
+    profile = ProfileCard.load(card or WorkDir(work_dir).card())
+    return transfer_check(loaded, profile, target_task, TransferCheckSettings(**settings))
 
 
 def check_noise(work_dir: str | Path, prior_task: str, metric: str = "h0_w1") -> NoiseCheck:
@@ -130,15 +198,70 @@ def card_pair(
     """Two cards and their labels.
 
     ``card_a`` defaults to notebook 4's card; ``card_b`` to the magnitude control at the same budget, built from the
-    same drift table (topology's pick against magnitude's).
+    same drift table (the prior task's, under the card's recipe: topology's pick against magnitude's).
     """
     work = WorkDir(work_dir)
     a = ProfileCard.load(card_a or work.card())
     if card_b:
         b = ProfileCard.load(card_b)
     else:
-        table = load_table(work.drift_table(a.prior_task))
+        recipe = card_recipe(a)  # the control ranks the same table: the prior task's, under the card's recipe
+        table = load_table(recipe_work(work_dir, recipe if recipe in RECIPES else "default").drift_table(a.prior_task))
         b = build_profile(table, a.model, prior_task=a.prior_task, strategy="magnitude", seed=a.seed, **a.budget)
     label = lambda c: f"{c.model.name} {c.prior_task} {c.strategy}"
     labels = (label(a), label(b))
     return a, b, labels if labels[0] != labels[1] else ("A: " + labels[0], "B: " + labels[1])
+
+
+def selector_agreement(
+    work_dir: str | Path, card: str | Path = "", strategies: tuple[str, ...] = SELECTORS, method: str = "spearman"
+) -> tuple[pd.DataFrame, str]:
+    """How alike the selectors rank the series' projections: the rank-agreement matrix and a sentence reading it.
+
+    The table is the one ``card`` (default: notebook 4's) was built from: its prior task under its recipe, with the
+    signal columns of the pretrained matrices joined; topology ranks by the card's drift metric and normalization
+    (noise-z against the recipe's noise tables).
+    """
+    from topotuner_lab.drift.signals import with_signals
+    from topotuner_lab.profiles.compare import rank_agreement, selector_scores
+
+    profile = ProfileCard.load(card or WorkDir(work_dir).card())
+    recipe = card_recipe(profile)
+    work = recipe_work(work_dir, recipe if recipe in RECIPES else "default")
+    pretrained = load_snapshot(WorkDir(work_dir).pretrained)
+    table = with_signals(load_table(work.drift_table(profile.prior_task)), pretrained)
+    metric = profile.metric if columns.topological(profile.metric) is not None else columns.DEFAULT_METRIC
+    noise = [load_table(work.noise_table(seed)) for seed in NOISE_SEEDS if work.noise_table(seed).is_file()]
+    scores = selector_scores(table, strategies, metric, profile.normalization, noise=noise, seed=profile.seed)
+    matrix = rank_agreement(scores, method)
+    return matrix, agreement_sentence(matrix, f"{method.capitalize()} rho", f"high-drift by {metric}")
+
+
+def agreement_sentence(
+    matrix: pd.DataFrame,
+    measure: str = "Spearman rho",
+    topology: str = "high-drift",
+    reference: str = "high-drift",
+    mirror: str = "low-drift",
+) -> str:
+    """One sentence read off a rank-agreement matrix: which selector agrees most and least with topology.
+
+    ``reference`` is topology's column; its ``mirror`` (the same ranking reversed) is left out of the comparison.
+    The strongest agreement either way (largest absolute value) is strong from 0.7, moderate from 0.3, weak below.
+    """
+    others = matrix[reference].drop([reference, mirror], errors="ignore").dropna()
+    if others.empty:
+        return f"No other selector ranks the projections comparably with topology ({topology})."
+    best, worst, closest = str(others.idxmax()), str(others.idxmin()), str(others.abs().idxmax())
+    value = float(others[closest])
+    strength = "strong" if abs(value) >= 0.7 else "moderate" if abs(value) >= 0.3 else "weak"
+    if strength == "weak":
+        reading = "topology ranks the matrices in an order of its own"
+    elif value > 0:
+        reading = f"topology {'largely' if strength == 'strong' else 'partly'} picks as {closest} would"
+    else:
+        reading = f"topology {'largely' if strength == 'strong' else 'partly'} picks the opposite of {closest}"
+    return (
+        f"Topology ({topology}) agrees most with {best} ({measure} {others[best]:+.2f}) and least with {worst} "
+        f"({others[worst]:+.2f}); the strongest agreement is {strength} (|rho| {abs(value):.2f}): {reading}."
+    )
