@@ -421,3 +421,21 @@ def test_finetune_once_keeps_the_checkpoints_of_an_interrupted_run(tmp_path, tin
     (out / "checkpoint-4").mkdir(parents=True)  # no results.json: a run stopped mid-way resumes from here
     finetune_once(tiny_llama, FinetuneConfig(output_dir=str(out)))
     assert len(runs) == 1 and (out / "checkpoint-4").is_dir()
+
+
+def test_finetune_once_reuses_a_run_recorded_before_epoch_snapshots_existed(tmp_path, tiny_llama, runs):
+    out = tmp_path / "run"
+    cfg = FinetuneConfig(output_dir=str(out), epochs=2)
+    older = {k: v for k, v in cfg.to_dict().items() if k != "save_epoch_snapshots"}  # an older version's record
+    write_results(out / "results.json", {"config": older, "test_accuracy": 0.7})
+    assert finetune_once(tiny_llama, cfg)["test_accuracy"] == 0.7 and runs == []
+    asks = FinetuneConfig(output_dir=str(out), epochs=2, save_epoch_snapshots=True)  # it wrote none: run again
+    finetune_once(tiny_llama, asks)
+    assert runs == [asks]
+
+
+def test_finetune_once_a_run_with_epoch_snapshots_serves_a_config_without(tmp_path, tiny_llama, runs):
+    out = tmp_path / "run"
+    finetune_once(tiny_llama, FinetuneConfig(output_dir=str(out), epochs=2, save_epoch_snapshots=True))
+    assert finetune_once(tiny_llama, FinetuneConfig(output_dir=str(out), epochs=2))["test_accuracy"] == 0.51
+    assert len(runs) == 1

@@ -55,6 +55,10 @@ class WorkDir:
         """The drift table of a prior task (pretrained against its fine-tune)."""
         return self.root / f"drift-{task}.parquet"
 
+    def epoch_drift_table(self, task: str, epoch: int) -> Path:
+        """The drift table of a prior task's run after ``epoch`` (in a folder :meth:`drift_tables` does not list)."""
+        return epoch_table_path(self.drift_table(task), epoch)
+
     def drift_tables(self) -> list[Path]:
         """The prior tasks' drift tables present, sorted."""
         return sorted(self.root.glob("drift-*.parquet"))
@@ -141,9 +145,15 @@ def snapshot_once(loaded: LoadedModel, path: Path) -> Snapshot:
 
 
 def _same_config(done: RunResults, cfg: FinetuneConfig) -> bool:
-    """Whether ``done`` ran ``cfg``: its recorded config, with the counts asked for where the data held fewer."""
+    """Whether ``done`` ran ``cfg``: its recorded config, with the counts asked for where the data held fewer.
+
+    A run that also wrote per-epoch snapshots serves a config that does not ask for them (the training is the same),
+    and one recorded before ``save_epoch_snapshots`` existed is one that did not write them.
+    """
     ignore = ("output_dir", "keep_checkpoints")
-    asked = {**(done.get("config") or {}), **(done.get("requested_counts") or {})}
+    asked = {"save_epoch_snapshots": False, **(done.get("config") or {}), **(done.get("requested_counts") or {})}
+    if asked["save_epoch_snapshots"] and not cfg.save_epoch_snapshots:
+        asked["save_epoch_snapshots"] = False
     recorded = {k: v for k, v in asked.items() if k not in ignore}
     return recorded == {k: v for k, v in asdict(cfg).items() if k not in ignore}
 
@@ -211,3 +221,69 @@ def noise_tables_once(
         drift_table_once(pre, perturb_snapshot(pre, NOISE_SCALE, seed), work.noise_table(seed), settings)
         for seed in seeds
     ]
+
+
+def epoch_table_path(path: Path, epoch: int) -> Path:
+    """Where :func:`epoch_drift_once` keeps the per-epoch table ``epoch`` of the aggregate at ``path``.
+
+    ``drift-sst2.parquet`` -> ``drift-sst2-epochs/epoch-3.parquet``: a folder of its own, so the per-epoch tables are
+    never listed as prior tasks' tables.
+    """
+    return path.parent / f"{path.stem}-epochs" / f"epoch-{epoch}{path.suffix}"
+
+
+def epoch_drift_once(
+    before: Snapshot,
+    afters: Sequence[Snapshot],
+    path: Path,
+    aggregation: str = "mean",
+    settings: DriftSettings | None = None,
+    *,
+    log: Callable[[str], None] = lambda _: None,
+    **kwargs: Any,
+) -> pd.DataFrame:
+    """The drift of a run aggregated over its epochs (``aggregation``: ``mean`` or ``final``) at ``path``.
+
+    ``afters`` are the snapshots after each epoch, in order (a run with ``save_epoch_snapshots``: its results'
+    ``epoch_snapshots``). The aggregate is reused only when it records this aggregation of these very epochs
+    (``after_hashes``) against ``before`` with ``settings`` and holds the projections asked for; else each epoch's
+    table is taken from :func:`drift_table_once` (reused when verified, computed when missing, stale or damaged; kept
+    at :func:`epoch_table_path`), then aggregated (:func:`~topotuner_lab.drift.tables.aggregate_epochs`) and written.
+    ``kwargs`` go to :func:`~topotuner_lab.drift.compute.drift_table`.
+    """
+    import json
+
+    from topotuner_lab._io.errors import ParameterError
+    from topotuner_lab.drift.settings import DriftSettings
+    from topotuner_lab.drift.tables import AGGREGATIONS, aggregate_epochs, load_table, save_table
+
+    if aggregation not in AGGREGATIONS:
+        raise ParameterError(f"unknown aggregation {aggregation!r}", f"use one of {', '.join(AGGREGATIONS)}")
+    if not afters:
+        raise ParameterError(
+            "no per-epoch snapshots to aggregate drift over",
+            "fine-tune with save_epoch_snapshots=True (--save-epoch-snapshots) and pass its results' epoch_snapshots",
+        )
+    settings = settings or DriftSettings()
+    wanted = list(kwargs.get("pids") or before.matrices)
+    hashes = [after.weights_hash for after in afters]
+
+    def compute() -> pd.DataFrame:
+        tables = []
+        for epoch, after in enumerate(afters, start=1):
+            log(f"drift after epoch {epoch}/{len(afters)}: {epoch_table_path(path, epoch)}")
+            tables.append(drift_table_once(before, after, epoch_table_path(path, epoch), settings, **kwargs))
+        table = aggregate_epochs(tables, aggregation)
+        save_table(table, path)
+        return table
+
+    def valid(table: pd.DataFrame) -> bool:
+        return (
+            table.attrs.get("aggregation") == aggregation
+            and table.attrs.get("after_hashes") == hashes
+            and table.attrs.get("before_hash") == before.weights_hash
+            and table.attrs.get("settings") == json.dumps(settings.key())
+            and list(table["pid"]) == wanted
+        )
+
+    return reuse_or_compute(path, load_table, compute, valid=valid, log=log)

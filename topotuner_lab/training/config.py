@@ -97,6 +97,12 @@ class FinetuneConfig(Config):
     )
     keep_checkpoints: bool = opt(False, "keep the last checkpoint after a finished run (default: removed)", check=FLAG)
     save_snapshot: bool = opt(False, "write the fine-tuned attention matrices (after.safetensors)", check=FLAG)
+    save_epoch_snapshots: bool = opt(
+        False,
+        "write the attention matrices after every epoch (epoch-1.safetensors, ...; float32, ~100 MB an epoch for "
+        "SmolLM2-135M), for drift aggregated over epochs",
+        check=FLAG,
+    )
     data_source: str | None = opt(
         None,
         "'hub' for the Hugging Face hub, or a data folder laid out like shared/data (default: offline copies)",

@@ -23,7 +23,7 @@ from transformers import TrainerCallback
 from topotuner_lab._io.errors import ProfileError, TopoTunerError
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.tasks.specs import get_task
-from topotuner_lab.training.callbacks import EpochClock, EpochEvaluation
+from topotuner_lab.training.callbacks import EpochClock, EpochEvaluation, EpochSnapshots, epoch_snapshot_path
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import RunData, capped_counts, load_run_data, used_counts
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
@@ -33,6 +33,7 @@ from topotuner_lab.training.results import RunResults, collect_results, write_re
 from topotuner_lab.training.trainer import build_trainer, last_checkpoint, prepare_model, resolve_lora_rank
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import LoadedModel
+from topotuner_lab.weights.projections import count_parameters, model_type
 from topotuner_lab.weights.snapshot import save_snapshot
 
 if TYPE_CHECKING:
@@ -73,6 +74,40 @@ def _callbacks(
     if cfg.eval_each_epoch:
         callbacks.append(EpochEvaluation(lambda m: score(m, test)))
     return callbacks, threshold
+
+
+def _snapshot_name(loaded: LoadedModel, cfg: FinetuneConfig) -> str:
+    """The model name a run's snapshots record: the pretrained model, then the task and method."""
+    return f"{loaded.name}@{cfg.task}-{cfg.method}"
+
+
+def _epoch_snapshots(loaded: LoadedModel, cfg: FinetuneConfig, callbacks: list[TrainerCallback]) -> EpochSnapshots:
+    """The callback writing ``epoch-N.safetensors``; it reuses the early-stopping callback's copy of the matrices."""
+    stopper = next((c for c in callbacks if isinstance(c, TopologicalEarlyStopping)), None)
+    return EpochSnapshots(
+        cfg.output_dir,
+        model_name=_snapshot_name(loaded, cfg),
+        base_model=loaded.name,
+        architecture=model_type(loaded.model),
+        total_params=count_parameters(loaded.model),
+        shared=stopper,
+    )
+
+
+def _listed_epoch_snapshots(out: Path, epochs_run: int) -> list[str]:
+    """The per-epoch snapshot files of epochs 1 to ``epochs_run``, in order; a missing one is left out with a warning.
+
+    A run resumed from the checkpoint of a run that did not save them lacks its earlier epochs' files.
+    """
+    paths = [epoch_snapshot_path(out, epoch) for epoch in range(1, epochs_run + 1)]
+    missing = [epoch for epoch, path in enumerate(paths, start=1) if not path.is_file()]
+    if missing:
+        warnings.warn(
+            f"the snapshots of epoch(s) {missing} are missing from {out} (resumed from a run that did not save "
+            "them?): results list only the others; delete the folder and run again for every epoch",
+            stacklevel=3,
+        )
+    return [str(path) for path in paths if path.is_file()]
 
 
 class PeerProcessError(TopoTunerError):
@@ -180,6 +215,8 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
     before = _pretrained_scores(loaded, cfg, data, score_ood)
     model, info = prepare_model(loaded, cfg, card)
     callbacks, threshold = _callbacks(cfg, card, score, data.test)
+    if cfg.save_epoch_snapshots:  # after the early-stopping callback, whose copy of the matrices it reuses
+        callbacks.append(_epoch_snapshots(loaded, cfg, callbacks))
     trainer = build_trainer(model, tokenizer, cfg, data, callbacks)
     resume = last_checkpoint(out) if cfg.save_checkpoints else None
     with peer_loss_reported():
@@ -199,8 +236,10 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
         return results
     if cfg.save_snapshot:
         merged = cast("PeftModel", model).merge_and_unload() if cfg.method == "lora" else model
-        snap = extract_snapshot(merged, name=f"{loaded.name}@{cfg.task}-{cfg.method}", base_model=loaded.name)
+        snap = extract_snapshot(merged, name=_snapshot_name(loaded, cfg), base_model=loaded.name)
         results["snapshot"] = str(save_snapshot(snap, out / "after.safetensors"))
+    if cfg.save_epoch_snapshots:
+        results["epoch_snapshots"] = _listed_epoch_snapshots(out, results["epochs_run"])
     results["wall_seconds"] = time.perf_counter() - wall_start
     write_results(out / "results.json", results)
     if not cfg.keep_checkpoints:
