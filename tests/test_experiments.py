@@ -142,11 +142,61 @@ def test_lora_matches_the_budgets_first_card_when_high_drift_is_not_run(tmp_path
 
     from topotuner_lab.study.plan import plan
     from topotuner_lab.study.presets import PRESETS
-    from topotuner_lab.study.protocol import config_for
+    from topotuner_lab.study.protocol import CardKey, config_for
 
     preset = replace(PRESETS["tiny"], strategies=("random", "magnitude"), constant_lr=())
-    cards = {("sst2", s, 0.05): tmp_path / f"{s}.json" for s in preset.strategies}
+    cards = {CardKey("sst2", s, 0.05): tmp_path / f"{s}.json" for s in preset.strategies}
     lora = next(s for s in plan(preset) if s.key.method == "lora")
     cfg = config_for(preset, lora, cards, 1e-3, tmp_path / "run")
     assert cfg.method == "lora" and cfg.lora_rank == "match" and cfg.profile == str(tmp_path / "random.json")
     assert cfg.output_dir == str(tmp_path / "run" / "lr-0.001") and cfg.learning_rate == 1e-3
+
+
+def test_further_recipes_add_arms_of_the_topology_strategies_only():
+    from dataclasses import replace
+
+    from topotuner_lab.study.plan import RunKey, arms
+    from topotuner_lab.study.presets import PRESETS
+
+    preset = replace(
+        PRESETS["tiny"], recipes=("default", "reference"), strategies=("high-drift", "random", "snr"), constant_lr=()
+    )
+    keys = [k for k in arms(preset) if k.method == "profile"]
+    assert [k.name for k in keys] == [
+        "profile:high-drift@0.05",
+        "profile:random@0.05",
+        "profile:snr@0.05",
+        "profile:high-drift[reference]@0.05",
+    ]
+    assert RunKey.parse(keys[-1].name) == keys[-1] and keys[-1].columns()["recipe"] == "reference"
+    assert RunKey.parse("profile:high-drift@0.05+constant").recipe == "default"
+
+
+@pytest.mark.slow
+def test_reproduce_tiny_selectors_runs_every_selector_both_recipes_and_the_drift_claims(tmp_path):
+    out = tmp_path / "sel"
+    assert main(["reproduce", "--preset", "tiny-selectors", "-o", str(out)]) == 0
+    results = pd.read_csv(out / "results.csv")
+    runs = set(results["run"])
+    for strategy in ("high-drift", "random", "magnitude", "snr", "alpha", "kappa", "gradient", "joint-hl"):
+        assert f"profile:{strategy}@0.1" in runs
+    assert "profile:high-drift[reference]@0.1" in runs
+    assert set(results.loc[results["run"] == "profile:high-drift[reference]@0.1", "recipe"]) == {"reference"}
+    # the reference recipe's card: cosine H0 drift averaged over the prior's two epochs, ranked within each kind
+    ref = json.loads((out / "cards" / "sst2-high-drift-reference-0.1.json").read_text())
+    assert ref["recipe"] == "reference" and ref["aggregation"] == "mean" and "per_kind" in ref["budget"]
+    assert len(set(ref["budget"]["per_kind"].values())) == 1  # the same count of each kind
+    default = json.loads((out / "cards" / "sst2-high-drift-0.1.json").read_text())
+    assert default["recipe"] == "default" and default["aggregation"] == "final"
+    grad = json.loads((out / "cards" / "sst2-gradient-agnews-0.1.json").read_text())  # ranked on the target
+    assert grad["strategy"] == "gradient"
+    # the second prior seed has its own fine-tune and table, and the transfer check is recorded
+    assert (out / "prior-seeds" / "seed1" / "drift-sst2.parquet").is_file()
+    assert (out / "models" / "tiny-qwen2" / "prior-seeds" / "seed1" / "drift-sst2.parquet").is_file()
+    (record,) = [json.loads(p.read_text()) for p in (out / "transfer").glob("*.json")]
+    assert record["prior"] == "sst2" and record["target"] == "agnews" and -1 <= record["rank_agreement"] <= 1
+    report = (out / "RESULTS.md").read_text()
+    assert "topology beats the field's selectors" in report and "profile:snr@0.1" in report
+    assert "a card's picks hold across prior runs" in report
+    assert "which kinds drift depends on the model family" in report and "(Qwen)" in report  # LLaMA vs Qwen2
+    assert "## Transfer check before training" in report and "## Which kinds the high-drift card picks" in report

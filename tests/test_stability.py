@@ -67,6 +67,8 @@ def test_identical_cards_are_stable_and_disjoint_ones_are_not(cards_by_seed):
     disjoint = stability_table({0: a, 1: b, 2: a, 3: b})
     assert (disjoint["jaccard"].isin([0.0, 1.0])).all()
     assert stability_claim(disjoint, "x").verdict != "held"
+    two = stability_table({0: cards_by_seed[0], 1: cards_by_seed[1]})
+    assert stability_claim(two, "x").verdict == "not testable here"  # one pair of two seeds decides nothing
 
 
 def test_kind_counts_and_value_output_share(cards_by_seed):
@@ -86,10 +88,14 @@ def test_model_dependence_claim_follows_the_papers_direction():
     assert flipped.estimate == pytest.approx(0.5) and flipped.verdict == "held"
     # the opposite data: did not hold
     (against,) = model_dependence_claims({"smol": ("llama", [0.2, 0.25]), "qwen": ("qwen2", [0.7, 0.8])})
+    assert against.verdict == "not testable here"  # two prior seeds per model: no verdict
+    (against,) = model_dependence_claims({"smol": ("llama", [0.2, 0.25, 0.2]), "qwen": ("qwen2", [0.7, 0.8, 0.75])})
     assert against.verdict == "did not hold"
 
 
 def test_model_dependence_against_a_family_the_paper_does_not_place_is_not_a_paper_claim():
-    (claim,) = model_dependence_claims({"smol": ("llama", [0.5, 0.5]), "gemma": ("gemma3_text", [0.5, 0.6])})
+    (claim,) = model_dependence_claims(
+        {"smol": ("llama", [0.5, 0.5, 0.55]), "gemma": ("gemma3_text", [0.5, 0.6, 0.55])}
+    )
     assert "not a paper claim" in claim.claim and claim.verdict == "inconclusive"
     assert np.isfinite(claim.low) and claim.low <= claim.estimate <= claim.high

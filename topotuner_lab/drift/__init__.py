@@ -14,6 +14,7 @@ _EXPORTS = {
     "pair_values": ".pairs",
     "save_table": ".tables",
     "load_table": ".tables",
+    "aggregate_epochs": ".tables",
     "NoiseCheck": ".noise",
     "noise_check": ".noise",
 }

@@ -76,8 +76,7 @@ def recipe_work(work_dir: str | Path, recipe: str = "default") -> WorkDir:
     the other's, and the folder's ``drift-*.parquet`` stay the default recipe's.
     """
     DriftSettings.recipe(recipe)  # an unknown name is refused here
-    work = WorkDir(work_dir)
-    return work if recipe == "default" else WorkDir(work.root / "recipes" / recipe)
+    return WorkDir(work_dir).recipe(recipe)
 
 
 def recipe_drift(

@@ -23,6 +23,7 @@ from topotuner_lab._io import atomic
 from topotuner_lab._io.config import NON_NEGATIVE_INT, REQUIRED, Check, Config, is_int, is_real, opt, optional
 from topotuner_lab._io.errors import InputFileError, ProfileError, TopoTunerError
 from topotuner_lab.drift.settings import RECIPES, DriftSettings
+from topotuner_lab.drift.tables import AGGREGATIONS
 from topotuner_lab.weights.snapshot import Snapshot
 
 #: v2: ``normalization`` defaults to ``per-point`` (v1 cards without the field were ranked ``raw``);
@@ -51,8 +52,6 @@ JOINT: dict[str, tuple[bool, bool]] = {
 STRATEGIES: tuple[str, ...] = ("high-drift", "low-drift", "random", *FIXED_RANKINGS, *JOINT)
 #: drift recipes a card can record: the named ones (``DriftSettings.recipe_name``) or ``custom``
 RECIPE_NAMES: tuple[str, ...] = (*RECIPES, "custom")
-#: how a drift table's columns aggregate the fine-tune's epochs: the final checkpoint, or the mean over epochs
-AGGREGATIONS: tuple[str, ...] = ("final", "mean")
 #: how a drift column is made comparable across matrices of different sizes before ranking:
 #: raw W; W per diagram point; W over the pretrained diagram's total persistence; z-score against noise drift
 NORMALIZATIONS: tuple[str, ...] = ("raw", "per-point", "relative", "noise-z")

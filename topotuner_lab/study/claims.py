@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from topotuner_lab.study.plan import with_key_columns
+from topotuner_lab.study.plan import DEFAULT_RECIPE, with_key_columns
 from topotuner_lab.study.stats import (
     INCONCLUSIVE,
     UNTESTABLE,
@@ -149,6 +149,7 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
                         0.0,
                     )
                 )
+        claims += _selector_claims(group, setting, paired)
         control = _best_by_validation(group, CONTROLS)
         if best and control:
             claims.append(
@@ -162,6 +163,38 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
             )
     claims += _speed_claims(runs) + _stopping_claims(results)
     return claims
+
+
+def _selector_claims(
+    group: pd.DataFrame, setting: str, paired: Callable[[pd.DataFrame, str, str], Interval]
+) -> list[ClaimResult]:
+    """The pre-specified topology card (high drift, default recipe) against every other selector at its budget.
+
+    The other selectors are the field's (Spectrum SNR, WeightWatcher alpha, PEFT kappa, gradient magnitude), the joint
+    drift x magnitude quadrants and the cards of other drift recipes; the controls have their own claim.
+    """
+    cards = group[group["method"] == "profile"].drop_duplicates("run")
+    recipe = cards["recipe"].fillna(DEFAULT_RECIPE)
+    out = []
+    for _, at_budget in cards.groupby("budget"):
+        topo = at_budget[(at_budget["strategy"] == TOPOLOGY[0]) & (recipe[at_budget.index] == DEFAULT_RECIPE)]
+        others = at_budget[
+            ~at_budget["strategy"].isin((*TOPOLOGY, *CONTROLS)) | (recipe[at_budget.index] != DEFAULT_RECIPE)
+        ]
+        if topo.empty:
+            continue
+        name = str(topo["run"].iloc[0])
+        for other in sorted(others["run"]):
+            out.append(
+                _result(
+                    "topology beats the field's selectors (not a paper claim)",
+                    setting,
+                    f"{name} - {other} (test accuracy)",
+                    paired(group, name, other),
+                    0.0,
+                )
+            )
+    return out
 
 
 def _speed_claims(runs: pd.DataFrame) -> list[ClaimResult]:

@@ -14,29 +14,37 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from topotuner_lab.study.presets import Preset
+from topotuner_lab.study.presets import RECIPE_STRATEGIES, Preset
 
 Method = Literal["full", "lora", "profile"]
 Role = Literal["sweep", "chosen", "constant"]
 #: the columns a run's identity adds to ``results.csv``
-KEY_COLUMNS: tuple[str, ...] = ("method", "strategy", "budget", "schedule")
+KEY_COLUMNS: tuple[str, ...] = ("method", "strategy", "budget", "schedule", "recipe")
+#: the drift recipe of a card arm unless the preset names another (cards of other recipes are labelled with it)
+DEFAULT_RECIPE = "default"
 
 
 @dataclass(frozen=True)
 class RunKey:
-    """One arm of the comparison: method, card strategy and budget (profile runs; LoRA matches a budget), schedule."""
+    """One arm of the comparison.
+
+    Method, card strategy and budget (profile runs; LoRA matches a budget), schedule, and the drift recipe whose
+    table ranked the card (:data:`~topotuner_lab.drift.settings.RECIPES`).
+    """
 
     method: Method
     strategy: str | None = None
     budget: float | None = None
     schedule: str = "linear"
+    recipe: str = DEFAULT_RECIPE
 
     @property
     def name(self) -> str:
-        """The arm's label in tables and folder names: ``full``, ``lora@0.01``, ``profile:high-drift@0.01+constant``."""
+        """Label in tables and folders: ``full``, ``lora@0.01``, ``profile:high-drift[reference]@0.01+constant``."""
         head = f"profile:{self.strategy}" if self.method == "profile" else self.method
+        recipe = "" if self.recipe == DEFAULT_RECIPE else f"[{self.recipe}]"
         budget = "" if self.budget is None else f"@{self.budget:g}"
-        return head + budget + ("" if self.schedule == "linear" else f"+{self.schedule}")
+        return head + recipe + budget + ("" if self.schedule == "linear" else f"+{self.schedule}")
 
     @property
     def family(self) -> Method:
@@ -45,15 +53,28 @@ class RunKey:
 
     def columns(self) -> dict[str, Any]:
         """The key as ``results.csv`` columns."""
-        return {"method": self.method, "strategy": self.strategy, "budget": self.budget, "schedule": self.schedule}
+        return {
+            "method": self.method,
+            "strategy": self.strategy,
+            "budget": self.budget,
+            "schedule": self.schedule,
+            "recipe": self.recipe,
+        }
 
     @classmethod
     def parse(cls, name: str) -> RunKey:
         """The key of a run label written by a version that kept no key columns (read-only compatibility)."""
         head, _, schedule = name.partition("+")
         head, _, budget = head.partition("@")
+        head, _, recipe = head.removesuffix("]").partition("[")
         method, _, strategy = head.partition(":")
-        return cls(method, strategy or None, float(budget) if budget else None, schedule or "linear")  # type: ignore[arg-type]
+        return cls(
+            method,  # type: ignore[arg-type]
+            strategy or None,
+            float(budget) if budget else None,
+            schedule or "linear",
+            recipe or DEFAULT_RECIPE,
+        )
 
 
 @dataclass(frozen=True)
@@ -78,10 +99,12 @@ class RunSpec:
 
 
 def arms(preset: Preset) -> list[RunKey]:
-    """Full FT, then per budget every card strategy and LoRA at that budget (linear schedule)."""
+    """Full FT, then per budget every card strategy, the ranked strategies again per further recipe, and LoRA."""
     keys: list[RunKey] = [RunKey("full")] if "full" in preset.baselines else []
     for budget in preset.budgets:
         keys += [RunKey("profile", strategy, budget) for strategy in preset.strategies]
+        for recipe in preset.recipes[1:]:
+            keys += [RunKey("profile", s, budget, recipe=recipe) for s in preset.strategies if s in RECIPE_STRATEGIES]
         keys += [RunKey("lora", None, budget)] if "lora" in preset.baselines else []
     return keys
 

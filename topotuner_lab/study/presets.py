@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from topotuner_lab._io.config import NON_NEGATIVE_INT, OPEN_UNIT, Check, Config, is_real, opt
 from topotuner_lab._io.errors import ParameterError
 from topotuner_lab.drift.columns import DEFAULT_METRIC
-from topotuner_lab.drift.settings import DriftSettings
+from topotuner_lab.drift.settings import RECIPES, DriftSettings
 from topotuner_lab.profiles.card import DEFAULT_NORMALIZATION, NORMALIZATIONS, STRATEGIES
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.early_stopping import DEFAULT_STOP_THRESHOLD
@@ -19,6 +19,12 @@ DEFAULT_LR_GRID: dict[str, tuple[float, ...]] = {
     "profile": (1e-4, 3e-4, 1e-3, 3e-3),
 }
 BASELINES: tuple[str, ...] = ("full", "lora")
+#: how each drift recipe turns its tables into cards: drift aggregated over the prior's epochs (``final``: the last
+#: epoch's snapshot only) and whether the budget is spent per projection kind (the same count of each kind, matched
+#: to the parameter budget) rather than over the global ranking
+RECIPE_CARDS: dict[str, tuple[str, bool]] = {"default": ("final", False), "reference": ("mean", True)}
+#: the topology strategies: ranked by a drift column alone, so each further drift recipe gives them a card of its own
+RECIPE_STRATEGIES: tuple[str, ...] = ("high-drift", "low-drift")
 
 
 def _names(allowed: tuple[str, ...]) -> Check:
@@ -26,6 +32,11 @@ def _names(allowed: tuple[str, ...]) -> Check:
 
 
 TASKS = Check(lambda v: isinstance(v, tuple) and len(v) > 0 and all(isinstance(x, str) for x in v), "task names")
+TARGETS = Check(lambda v: isinstance(v, tuple) and all(isinstance(x, str) for x in v), "task names (may be empty)")
+RECIPE_NAMES = Check(
+    lambda v: isinstance(v, tuple) and len(v) > 0 and v[0] == "default" and all(r in RECIPES for r in v),
+    f"a tuple of drift recipes ({', '.join(RECIPES)}) starting with 'default' (the preset's own drift settings)",
+)
 BUDGETS = Check(
     lambda v: isinstance(v, tuple) and len(v) > 0 and all(is_real(b) and 0 < b <= 1 for b in v),
     "a non-empty tuple of fractions in (0, 1] (0.01 is 1%)",
@@ -54,7 +65,9 @@ class Preset(Config):
         check=Check(lambda v: isinstance(v, tuple), "a tuple of model names"),
     )
     prior_tasks: tuple[str, ...] = opt(("sst2",), "tasks whose drift ranks the projections", check=TASKS)
-    target_tasks: tuple[str, ...] = opt(("agnews",), "tasks each card is transferred to", check=TASKS)
+    target_tasks: tuple[str, ...] = opt(
+        ("agnews",), "tasks each card is transferred to (none: drift, cards and their stability only)", check=TARGETS
+    )
     budgets: tuple[float, ...] = opt((0.01,), "trainable-parameter budgets (fractions of the model)", check=BUDGETS)
     strategies: tuple[str, ...] = opt(
         ("high-drift", "low-drift", "random", "magnitude"), "card strategies", check=_names(STRATEGIES)
@@ -74,7 +87,26 @@ class Preset(Config):
     metric: str = opt(DEFAULT_METRIC, "drift column the cards rank by")
     normalization: str = opt(DEFAULT_NORMALIZATION, "how drift is compared across sizes", choices=NORMALIZATIONS)
     noise_seeds: tuple[int, ...] = opt((0, 1), "perturbation seeds of the noise floor", check=SEEDS)
-    drift: DriftSettings = opt(DriftSettings(), "drift settings of every table")
+    drift: DriftSettings = opt(DriftSettings(), "drift settings of the default recipe's tables")
+    recipes: tuple[str, ...] = opt(
+        ("default",),
+        "drift recipes whose tables rank cards: 'default' is the drift field above; 'reference' (the authors' "
+        "scripts: cosine rows, H0, W1 with internal_p inf, ranked within each projection kind at a matched budget, "
+        "drift averaged over the prior's epochs) adds a card of every drift-ranked strategy",
+        check=RECIPE_NAMES,
+    )
+    transfer_rows: int = opt(
+        128,
+        "rows per task of the transfer check recorded for every transfer (and of the gradient selector's ranking); "
+        "0 skips the check",
+        check=NON_NEGATIVE_INT,
+    )
+    prior_seeds: tuple[int, ...] = opt(
+        (0,),
+        "seeds of the prior fine-tune: the first one's drift ranks the cards; every one gives a drift table, so the "
+        "report can say how stable a card's picks are and compare models with intervals over prior runs",
+        check=SEEDS,
+    )
     prior: FinetuneConfig = opt(
         FinetuneConfig(epochs=2, n_train=256, learning_rate=1e-4), "the prior fine-tune (full FT on each prior task)"
     )
@@ -96,6 +128,12 @@ class Preset(Config):
             )
         if not self.strategies:
             self.fail("no card strategy", f"give strategies some of {', '.join(STRATEGIES)}")
+        if "gradient" in self.strategies and len(self.target_tasks) > 1:
+            self.fail(
+                "the gradient strategy ranks by the target task's gradient, so its card belongs to one target; "
+                f"this preset has {len(self.target_tasks)}",
+                "give a preset with the gradient strategy one target task",
+            )
         if not set(self.constant_lr) <= set(self.strategies):
             self.fail(
                 f"constant_lr names strategies {sorted(set(self.constant_lr) - set(self.strategies))} the preset "
@@ -130,6 +168,24 @@ PRESETS: dict[str, Preset] = {
         prior=_tiny_run(epochs=1),
         target=_tiny_run(epochs=2, n_val=8, eval_each_epoch=True, observe_only=True),
     ),
+    # CI: the selector comparison and the drift-only study of the issue-21 presets, in miniature: both recipes (the
+    # reference one over per-epoch drift), every selector, two prior seeds, a second architecture's drift
+    "tiny-selectors": Preset(
+        model="tiny-llama",
+        other_models=("tiny-qwen2",),
+        target_tasks=("agnews",),
+        budgets=(0.1,),
+        strategies=("high-drift", "random", "magnitude", "snr", "alpha", "kappa", "gradient", "joint-hl"),
+        recipes=("default", "reference"),
+        prior_seeds=(0, 1),
+        baselines=(),
+        seeds=(0,),
+        constant_lr=(),
+        transfer_rows=8,
+        lr_grid={"profile": (1e-2,)},
+        prior=_tiny_run(epochs=2),
+        target=_tiny_run(epochs=1, n_val=8, observe_only=True),
+    ),
     "compare": Preset(seeds=(0,), lr_grid={"full": (3e-5,), "lora": (3e-4,), "profile": (2e-4,)}, constant_lr=()),
     # Sized for about 1.5 h on 2 CPU cores: one transfer (AG News prior -> SST-2, tested on all 872 GLUE validation
     # sentences); the three card strategies (high, low drift, random control), full FT and rank-matched LoRA, each at
@@ -159,6 +215,38 @@ PRESETS: dict[str, Preset] = {
         target=FinetuneConfig(
             epochs=4, n_train=256, n_val=128, n_test=1000, n_ood=200, eval_each_epoch=False, observe_only=True
         ),
+    ),
+    # Issue 21's selector comparison, sized for about 1 h here: one transfer (AG News prior -> SST-2, all 872 test
+    # sentences), one budget, cards from topology (both recipes), Spectrum SNR, WeightWatcher alpha, PEFT kappa,
+    # gradient magnitude on SST-2, the drift x magnitude quadrant the paper's thesis favours (high drift, low
+    # magnitude), the magnitude control and a random card; each at the better of two rates on validation, 2 seeds.
+    "selectors": Preset(
+        prior_tasks=("agnews",),
+        target_tasks=("sst2",),
+        budgets=(0.01,),
+        strategies=("high-drift", "random", "magnitude", "snr", "alpha", "kappa", "gradient", "joint-hl"),
+        recipes=("default", "reference"),
+        baselines=(),
+        seeds=(0, 1),
+        constant_lr=(),
+        lr_grid={"profile": (1e-4, 3e-4)},
+        prior=FinetuneConfig(epochs=2, n_train=256, learning_rate=1e-4, n_test=64),
+        target=FinetuneConfig(
+            epochs=2, n_train=128, n_val=128, n_test=1000, n_ood=16, n_ppl=4, eval_each_epoch=False, observe_only=True
+        ),
+    ),
+    # Issue 21's model dependence, drift only: SmolLM2 (LLaMA), Gemma-3-270M and Qwen2.5-Coder-0.5B (both optional
+    # packages) fine-tuned on the same prior with three prior seeds each; the report compares which kinds the
+    # high-drift card picks, with intervals over the prior seeds, and how stable each model's picks are.
+    "models": Preset(
+        other_models=("gemma3-270m", "qwen2.5-coder-0.5b"),
+        prior_tasks=("agnews",),
+        target_tasks=(),
+        strategies=("high-drift",),
+        constant_lr=(),
+        prior_seeds=(0, 1, 2),
+        transfer_rows=0,
+        prior=FinetuneConfig(epochs=1, n_train=128, learning_rate=1e-4, n_test=16, n_ood=8, n_ppl=4),
     ),
 }
 

@@ -22,7 +22,7 @@ import functools
 import json
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,27 +31,46 @@ import pandas as pd
 from topotuner_lab._io import atomic
 from topotuner_lab._io.errors import ParameterError, TopoTunerError
 from topotuner_lab.drift.noise import noise_check
+from topotuner_lab.drift.settings import DriftSettings
+from topotuner_lab.drift.signals import SIGNALS, with_signals
 from topotuner_lab.drift.tables import save_table
-from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
+from topotuner_lab.profiles.card import FIXED_RANKINGS, ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.study.markdown import markdown_table
-from topotuner_lab.study.plan import RunKey, RunSpec, plan
-from topotuner_lab.study.presets import Preset
+from topotuner_lab.study.plan import DEFAULT_RECIPE, KEY_COLUMNS, RunKey, RunSpec, plan, transfers
+from topotuner_lab.study.presets import RECIPE_CARDS, RECIPE_STRATEGIES, Preset
 from topotuner_lab.study.workspace import (
     WorkDir,
     drift_table_once,
+    epoch_drift_once,
     finetune_once,
     noise_tables_once,
+    reuse_or_compute,
     snapshot_once,
 )
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.results import RunResults
+from topotuner_lab.training.transfer import TransferCheckSettings, transfer_check, with_gradient_signal
+from topotuner_lab.weights.checkpoint import read_json
 from topotuner_lab.weights.models import PACKAGED_MODELS, LoadedModel, embedded_gguf_path, load_model
 from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
 Log = Callable[[str], None]
-#: (prior task, strategy, budget) -> the card file
-Cards = dict[tuple[str, str, float], Path]
+
+
+@dataclass(frozen=True)
+class CardKey:
+    """Which card: prior task, strategy, budget, drift recipe, and the target for target-ranked selectors."""
+
+    prior: str
+    strategy: str
+    budget: float
+    recipe: str = DEFAULT_RECIPE
+    target: str | None = None
+
+
+#: every card of a comparison, by key
+Cards = dict[CardKey, Path]
 
 
 class Progress:
@@ -77,46 +96,129 @@ class Progress:
         return result
 
 
+def drift_settings(preset: Preset, recipe: str) -> DriftSettings:
+    """The drift settings of a recipe's tables: the preset's own for ``default``, the named recipe's otherwise."""
+    return preset.drift if recipe == DEFAULT_RECIPE else DriftSettings.recipe(recipe)
+
+
+def prior_seed_dir(work: WorkDir, preset: Preset, seed: int) -> WorkDir:
+    """Where a prior seed's fine-tunes and tables live: the folder itself for the preset's first, else its own."""
+    return work if seed == preset.prior_seeds[0] else work.prior_seed(seed)
+
+
 def _prior_drift(
-    preset: Preset, loaded: LoadedModel, pre: Snapshot, prior: str, work: WorkDir, log: Log
-) -> pd.DataFrame:
-    """Prior full fine-tune -> drift table against the pretrained snapshot; each step reused when done and verified."""
-    prior_cfg = replace(
-        preset.prior,
-        method="full",
-        task=prior,
-        output_dir=str(work.prior_run(prior)),
-        save_snapshot=True,
-        eval_each_epoch=False,
-        stop_threshold=None,
-        n_val=0,
-    )
-    prior_res = finetune_once(loaded, prior_cfg, log)
-    return drift_table_once(pre, load_snapshot(prior_res["snapshot"]), work.drift_table(prior), preset.drift)
+    preset: Preset,
+    loaded: LoadedModel,
+    pre: Snapshot,
+    prior: str,
+    work: WorkDir,
+    log: Log,
+    recipes: tuple[str, ...],
+) -> dict[tuple[int, str], pd.DataFrame]:
+    """Prior full fine-tunes (one per prior seed) -> their drift tables per recipe, each step reused when verified.
+
+    Returns ``(prior seed, recipe) -> table``. A recipe that aggregates over epochs has the prior keep a snapshot
+    per epoch; its table averages the per-epoch tables.
+    """
+    per_epoch = any(RECIPE_CARDS[r][0] != "final" for r in recipes)
+    tables: dict[tuple[int, str], pd.DataFrame] = {}
+    for seed in preset.prior_seeds:
+        folder = prior_seed_dir(work, preset, seed)
+        prior_cfg = replace(
+            preset.prior,
+            method="full",
+            task=prior,
+            seed=seed,
+            data_seed=seed,
+            output_dir=str(folder.prior_run(prior)),
+            save_snapshot=True,
+            save_epoch_snapshots=per_epoch,
+            eval_each_epoch=False,
+            stop_threshold=None,
+            n_val=0,
+        )
+        res = finetune_once(loaded, prior_cfg, log)
+        for recipe in recipes:
+            settings, path = drift_settings(preset, recipe), folder.recipe(recipe).drift_table(prior)
+            aggregation = RECIPE_CARDS[recipe][0]
+            if aggregation == "final":
+                tables[seed, recipe] = drift_table_once(pre, load_snapshot(res["snapshot"]), path, settings)
+            else:
+                epochs = [load_snapshot(p) for p in res.get("epoch_snapshots") or []]
+                tables[seed, recipe] = epoch_drift_once(pre, epochs, path, aggregation, settings, log=log)
+    return tables
+
+
+def _card_specs(preset: Preset) -> list[tuple[str, str, float]]:
+    """(recipe, strategy, budget) of every card a prior gets: every strategy, drift-ranked ones per further recipe."""
+    return [
+        (recipe, strategy, budget)
+        for budget in preset.budgets
+        for recipe in preset.recipes
+        for strategy in preset.strategies
+        if recipe == DEFAULT_RECIPE or strategy in RECIPE_STRATEGIES
+    ]
 
 
 def _cards_for_prior(
-    preset: Preset, table: pd.DataFrame, noise: list[pd.DataFrame], identity: ModelIdentity, prior: str, work: WorkDir
+    preset: Preset,
+    tables: dict[str, pd.DataFrame],
+    noise: list[pd.DataFrame],
+    pre: Snapshot,
+    loaded: LoadedModel,
+    prior: str,
+    work: WorkDir,
+    log: Log,
 ) -> Cards:
-    """One card per (strategy, budget), rebuilt from the verified table every time (cheap, and never stale)."""
+    """One card per (recipe, strategy, budget; target for the gradient selector), rebuilt from verified tables.
+
+    Rebuilding is cheap and never stale. ``tables`` maps a recipe to the first prior seed's table. The field's
+    selectors get their columns joined first (pretrained statistics; the target task's gradient).
+    """
+    identity = ModelIdentity.from_snapshot(pre)
     cards: Cards = {}
-    for budget in preset.budgets:
-        for strategy in preset.strategies:
-            path = work.card(f"{prior}-{strategy}-{budget:g}")
+    signals = {s for s in preset.strategies if s in FIXED_RANKINGS and FIXED_RANKINGS[s][0] in SIGNALS}
+    gradients: dict[str, pd.DataFrame] = {}
+    for recipe, strategy, budget in _card_specs(preset):
+        table = tables[recipe]
+        if signals:
+            table = with_signals(table, pre)
+        targets: list[str | None] = [None]
+        if strategy == "gradient":
+            targets = list(preset.target_tasks)
+        per_kind = RECIPE_CARDS[recipe][1]
+        for target in targets:
+            ranked = table
+            name = f"{prior}-{strategy}" + ("" if recipe == DEFAULT_RECIPE else f"-{recipe}")
+            if target is not None:
+                if target not in gradients:
+                    log(f"gradient of {target} at the pretrained weights ({preset.transfer_rows} rows)")
+                    gradients[target] = with_gradient_signal(
+                        table, loaded, target, TransferCheckSettings(n_rows=preset.transfer_rows or 128)
+                    )
+                ranked, name = gradients[target], f"{name}-{target}"
+            path = work.card(f"{name}-{budget:g}")
             build_profile(
-                table,
+                ranked,
                 identity,
                 prior_task=prior,
                 strategy=strategy,
                 metric=preset.metric,
-                fraction=budget,
                 stop_threshold=preset.stop_threshold,
-                drift_settings=preset.drift.key(),
+                drift_settings=drift_settings(preset, recipe).key(),
                 normalization=preset.normalization,
-                noise=noise,
+                noise=noise if recipe == DEFAULT_RECIPE else (),
+                fraction=budget,
+                per_kind_budget=per_kind,
             ).save(path)
-            cards[(prior, strategy, budget)] = path
+            cards[CardKey(prior, strategy, budget, recipe, target)] = path
     return cards
+
+
+def card_for(cards: Cards, prior: str, target: str, strategy: str, budget: float, recipe: str) -> Path:
+    """The card an arm trains with: the target's own (gradient selector) or the prior's."""
+    key = CardKey(prior, strategy, budget, recipe, target)
+    return cards[key] if key in cards else cards[replace(key, target=None)]
 
 
 def config_for(preset: Preset, spec: RunSpec, cards: Cards, lr: float, run_dir: Path) -> FinetuneConfig:
@@ -127,10 +229,10 @@ def config_for(preset: Preset, spec: RunSpec, cards: Cards, lr: float, run_dir: 
     key = spec.key
     base = replace(preset.target, task=spec.target, seed=spec.seed, data_seed=spec.seed, learning_rate=lr)
     if key.method == "profile":
-        card = cards[(spec.prior, str(key.strategy), float(key.budget or 0))]
+        card = card_for(cards, spec.prior, spec.target, str(key.strategy), float(key.budget or 0), key.recipe)
         cfg = replace(base, method="profile", profile=str(card), stop_threshold="card")
     elif key.method == "lora":
-        card = cards[(spec.prior, preset.strategies[0], float(key.budget or 0))]
+        card = card_for(cards, spec.prior, spec.target, preset.strategies[0], float(key.budget or 0), DEFAULT_RECIPE)
         cfg = replace(base, method="lora", lora_rank="match", profile=str(card))
     else:
         cfg = replace(base, method="full")
@@ -209,22 +311,75 @@ def prepare(preset: Preset, work: WorkDir, log: Log) -> tuple[LoadedModel, Cards
             embedded_gguf_path(name)
     loaded = load_model(preset.model)
     pre = snapshot_once(loaded, work.pretrained)
-    identity = ModelIdentity.from_snapshot(pre)
     atomic.write_json(work.preset, {**preset.to_dict(), "planned_runs": len(plan(preset)), "machine": machine()})
     noise = noise_tables_once(pre, work, preset.noise_seeds, preset.drift)
     cards: Cards = {}
+    first = preset.prior_seeds[0]
     for prior in preset.prior_tasks:
-        table = _prior_drift(preset, loaded, pre, prior, work, log)
-        log(noise_check(table, noise, preset.metric, warn=True).message)
-        cards.update(_cards_for_prior(preset, table, noise, identity, prior, work))
+        tables = _prior_drift(preset, loaded, pre, prior, work, log, preset.recipes)
+        log(noise_check(tables[first, DEFAULT_RECIPE], noise, preset.metric, warn=True).message)
+        by_recipe = {recipe: tables[first, recipe] for recipe in preset.recipes}
+        cards.update(_cards_for_prior(preset, by_recipe, noise, pre, loaded, prior, work, log))
+    _transfer_checks(preset, cards, loaded, work, log)
     for name in preset.other_models:
         other, folder = load_model(name), work.model(name)
         other_pre = snapshot_once(other, folder.pretrained)
         noise_tables_once(other_pre, folder, preset.noise_seeds, preset.drift)
         for prior in preset.prior_tasks:
-            _prior_drift(preset, other, other_pre, prior, folder, log)
+            _prior_drift(preset, other, other_pre, prior, folder, log, (DEFAULT_RECIPE,))
         del other
     return loaded, cards
+
+
+def _transfer_record(
+    card: ProfileCard, loaded: LoadedModel, target: str, settings: TransferCheckSettings, path: Path
+) -> dict[str, Any]:
+    """Run the transfer check of ``card`` on ``target`` and write its numbers (with what it was made from)."""
+    check = transfer_check(loaded, card, target, settings)
+    record = {
+        **_made_from(card, target, settings),
+        "prior": card.prior_task,
+        "strategy": card.strategy,
+        "median_cosine_card": check.median_cosine_card,
+        "median_cosine_all": check.median_cosine_all,
+        "rank_agreement": check.rank_agreement,
+        "overlap": check.overlap,
+        "close": check.close,
+        "verdict": check.verdict,
+    }
+    atomic.write_json(path, record)
+    return record
+
+
+def _made_from(card: ProfileCard, target: str, settings: TransferCheckSettings) -> dict[str, Any]:
+    return {"trainable": list(card.trainable), "target": target, "settings": settings.to_dict()}
+
+
+def _made_from_same(made_from: dict[str, Any], record: dict[str, Any]) -> bool:
+    return all(record.get(k) == v for k, v in made_from.items())
+
+
+def _transfer_checks(preset: Preset, cards: Cards, loaded: LoadedModel, work: WorkDir, log: Log) -> None:
+    """The transfer check of the first strategy's card for every transfer and budget, recorded (``transfer/*.json``).
+
+    A record is reused when it was made for the same card picks, target and settings.
+    """
+    if not preset.transfer_rows:
+        return
+    settings = TransferCheckSettings(n_rows=preset.transfer_rows)
+    for prior, target in transfers(preset):
+        for budget in preset.budgets:
+            card = ProfileCard.load(card_for(cards, prior, target, preset.strategies[0], budget, DEFAULT_RECIPE))
+            made_from = _made_from(card, target, settings)
+            path = work.transfer_check(prior, target, budget)
+            record = reuse_or_compute(
+                path,
+                lambda p: read_json(p, "transfer check record"),
+                functools.partial(_transfer_record, card, loaded, target, settings, path),
+                valid=functools.partial(_made_from_same, made_from),
+                log=log,
+            )
+            log(str(record["verdict"]))
 
 
 def run_study(preset: Preset, out_dir: str | Path, log: Log = print) -> pd.DataFrame:
@@ -258,7 +413,12 @@ def run_study(preset: Preset, out_dir: str | Path, log: Log = print) -> pd.DataF
                 for row in rows[-len(sweeps[spec.arm]) :]:
                     row["selected"] = row["lr"] == chosen[spec.arm]
         save_table(pd.DataFrame(rows), work.results)  # partial table after every run
-    results = pd.DataFrame(rows)
+    # a drift-only comparison (no target task) still writes a results table the report can read
+    results = (
+        pd.DataFrame(rows)
+        if rows
+        else pd.DataFrame(columns=["prior", "target", "seed", "run", *KEY_COLUMNS, "selected"])
+    )
     save_table(results, work.results)
     atomic.write_text(work.root / "results.md", markdown_table(results) + "\n")
     _record_transfers(cards, results)
@@ -267,8 +427,8 @@ def run_study(preset: Preset, out_dir: str | Path, log: Log = print) -> pd.DataF
 
 def _record_transfers(cards: Cards, results: pd.DataFrame) -> None:
     """The comparison's own cards (its outputs, never a user's input) list the tasks they were transferred to."""
-    for (prior, _, _), path in cards.items():
-        targets = sorted(set(results.loc[results["prior"] == prior, "target"]))
+    for key, path in cards.items():
+        targets = [key.target] if key.target else sorted(set(results.loc[results["prior"] == key.prior, "target"]))
         replace(ProfileCard.load(path), transferred_to=targets).save(path)
 
 
@@ -299,6 +459,7 @@ def summary_row(spec: RunSpec, res: RunResults, selected: bool, run_dir: Path) -
         "method": spec.key.method,
         "strategy": spec.key.strategy,
         "budget": spec.key.budget,
+        "recipe": spec.key.recipe,
         "lr": res["learning_rate"],
         "schedule": res.get("config", {}).get("lr_scheduler"),
         "selected": selected,

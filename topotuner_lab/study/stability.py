@@ -20,7 +20,15 @@ import pandas as pd
 
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.study.claims import ClaimResult
-from topotuner_lab.study.stats import LEVEL, N_BOOT, Interval, bootstrap_stat, percentile_interval, verdict
+from topotuner_lab.study.stats import (
+    LEVEL,
+    N_BOOT,
+    UNTESTABLE,
+    Interval,
+    bootstrap_stat,
+    percentile_interval,
+    verdict,
+)
 from topotuner_lab.weights.projections import KINDS, parse_pid
 
 #: the kinds the paper says LLaMA/Mistral drift in (the rest, q and k, it says Qwen drifts in)
@@ -34,6 +42,8 @@ FAMILIES: dict[str, str] = {
     "gemma3_text": "Gemma",
     "gemma3": "Gemma",
 }
+#: prior seeds per model (per card) below which the bootstrap over seeds is too coarse for a verdict
+MIN_PRIOR_SEEDS = 3
 #: families the paper says drift in V/O, and the families it places at all (Qwen: in K/Q)
 VO_FAMILIES: tuple[str, ...] = ("LLaMA", "Mistral")
 PAPER_FAMILIES: tuple[str, ...] = (*VO_FAMILIES, "Qwen")
@@ -76,12 +86,13 @@ def stability_claim(table: pd.DataFrame, setting: str) -> ClaimResult | None:
     """Whether picks agree across prior seeds more than random cards of the same sizes do (mean over pairs).
 
     The interval resamples the seed pairs, which share seeds, so it is optimistic; with three prior seeds it rests
-    on three pairs: read it as a first look, not a test.
+    on three pairs: read it as a first look, not a test. Fewer than :data:`MIN_PRIOR_SEEDS` seeds get no verdict.
     """
     if table.empty:
         return None
     interval = bootstrap_stat(table["jaccard"].to_numpy(float), stat=np.mean)
     threshold = float(table["random_jaccard"].mean())
+    seeds = len(set(table["seed_a"]) | set(table["seed_b"]))
     return ClaimResult(
         "a card's picks hold across prior runs (not a paper claim)",
         setting,
@@ -90,7 +101,7 @@ def stability_claim(table: pd.DataFrame, setting: str) -> ClaimResult | None:
         interval.low,
         interval.high,
         threshold,
-        verdict(interval, threshold),
+        verdict(interval, threshold) if seeds >= MIN_PRIOR_SEEDS else UNTESTABLE,
     )
 
 
@@ -148,7 +159,7 @@ def model_dependence_claims(shares: Mapping[str, tuple[str, Sequence[float]]]) -
                 interval.low,
                 interval.high,
                 0.0,
-                verdict(interval, 0.0),
+                verdict(interval, 0.0) if min(len(a), len(b)) >= MIN_PRIOR_SEEDS else UNTESTABLE,
             )
         )
     return claims

@@ -93,6 +93,26 @@ class WorkDir:
         """The work folders of the further models present, sorted."""
         return [WorkDir(p) for p in sorted((self.root / "models").glob("*")) if p.is_dir()]
 
+    def recipe(self, name: str) -> WorkDir:
+        """The folder of a drift recipe's tables: this one for ``default``, ``recipes/<name>/`` for another.
+
+        Each recipe keeps its own drift and noise tables under the same file names, so this folder's
+        ``drift-*.parquet`` stay the default recipe's.
+        """
+        return self if name == "default" else WorkDir(self.root / "recipes" / name)
+
+    def prior_seed(self, seed: int) -> WorkDir:
+        """The folder of a further prior seed's fine-tunes and drift tables (the first seed's live in this one)."""
+        return WorkDir(self.root / "prior-seeds" / f"seed{seed}")
+
+    def transfer_check(self, prior: str, target: str, budget: float) -> Path:
+        """The transfer check recorded for a card's transfer from ``prior`` to ``target`` at ``budget``."""
+        return self.root / "transfer" / f"{prior}-{target}-{budget:g}.json"
+
+    def transfer_checks(self) -> list[Path]:
+        """The transfer checks recorded, sorted."""
+        return sorted((self.root / "transfer").glob("*.json"))
+
     def target_run(self, prior: str, tag: str, name: str) -> Path:
         """A comparison run's folder: by prior, then ``tag``, then the run's name (``:`` and ``@`` made path-safe)."""
         return self.root / "runs" / f"prior-{prior}" / tag / name.replace(":", "-").replace("@", "-")

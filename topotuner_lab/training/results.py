@@ -71,6 +71,7 @@ class RunResults(TypedDict, total=False):
     transferred_to: dict[str, str] | None
     world_size: int
     snapshot: str
+    epoch_snapshots: list[str]
     wall_seconds: float
 
 

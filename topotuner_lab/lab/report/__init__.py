@@ -23,6 +23,8 @@ def render(study: StudyInputs, figures: dict[tuple[str, str], str], command: str
         sections.header(command, day, study.machine),
         sections.setup_section(preset, len(results), study.planned_runs, results, study.test_rows),
         sections.claims_section(study.claims),
+        sections.transfer_section(study.transfer_checks),
+        sections.seed_picks_section(study.seed_picks, preset.strategies[0], preset.budgets[0]),
         sections.lr_section(results),
         sections.spread_section(results),
         sections.stopping_section(results),

@@ -15,10 +15,21 @@ import pandas as pd
 
 from topotuner_lab._io.errors import InputFileError
 from topotuner_lab.drift.tables import load_table
+from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
+from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.study.claims import ClaimResult, claim_results, correct_from
 from topotuner_lab.study.plan import with_key_columns
-from topotuner_lab.study.presets import Preset
+from topotuner_lab.study.presets import RECIPE_STRATEGIES, Preset
+from topotuner_lab.study.protocol import prior_seed_dir
+from topotuner_lab.study.stability import (
+    kind_counts,
+    model_dependence_claims,
+    stability_claim,
+    stability_table,
+    value_output_share,
+)
 from topotuner_lab.study.workspace import WorkDir
+from topotuner_lab.weights.checkpoint import read_json
 from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
 
@@ -31,6 +42,8 @@ class ModelDrift:
     tables: dict[str, pd.DataFrame]
     noise: list[pd.DataFrame]
     finetuned: dict[str, Snapshot | None] = field(default_factory=dict)
+    #: prior task -> prior seed -> drift table (default recipe), every prior seed the comparison ran
+    seed_tables: dict[str, dict[int, pd.DataFrame]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -50,6 +63,8 @@ class StudyInputs:
     claims: list[ClaimResult]
     models: list[ModelDrift]
     test_rows: int | None = None  # test examples a run scored (a split may hold fewer than the preset asks)
+    transfer_checks: list[dict[str, Any]] = field(default_factory=list)
+    seed_picks: pd.DataFrame = field(default_factory=pd.DataFrame)  # kinds picked per model, prior and prior seed
 
 
 def _preset(recorded: dict[str, Any]) -> tuple[Preset, int | None, str | None]:
@@ -61,15 +76,28 @@ def _preset(recorded: dict[str, Any]) -> tuple[Preset, int | None, str | None]:
     return Preset.from_dict(recorded), planned, machine
 
 
-def _model_drift(work: WorkDir, noise_seeds: tuple[int, ...]) -> ModelDrift | None:
+def _model_drift(work: WorkDir, preset: Preset) -> ModelDrift | None:
     if not work.pretrained.is_file() or not work.drift_tables():
         return None
     tables = {WorkDir.prior_task_of(path): load_table(path) for path in work.drift_tables()}
-    noise = [load_table(work.noise_table(seed)) for seed in noise_seeds if work.noise_table(seed).is_file()]
+    noise = [load_table(work.noise_table(seed)) for seed in preset.noise_seeds if work.noise_table(seed).is_file()]
     finetuned = {
         prior: load_snapshot(work.finetuned(prior)) if work.finetuned(prior).is_file() else None for prior in tables
     }
-    return ModelDrift(work, load_snapshot(work.pretrained), tables, noise, finetuned)
+    seed_tables = {
+        prior: {
+            seed: load_table(path)
+            for seed in preset.prior_seeds
+            if (path := prior_seed_dir(work, preset, seed).drift_table(prior)).is_file()
+        }
+        for prior in tables
+    }
+    return ModelDrift(work, load_snapshot(work.pretrained), tables, noise, finetuned, seed_tables)
+
+
+def _transfer_records(out: WorkDir) -> list[dict[str, Any]]:
+    """The transfer checks the comparison recorded, one per transfer and budget."""
+    return [read_json(path, "transfer check record") for path in sorted(out.transfer_checks())]
 
 
 def load_study(out_dir: str | Path) -> StudyInputs:
@@ -88,7 +116,7 @@ def load_study(out_dir: str | Path) -> StudyInputs:
         )
     results = with_key_columns(results)
     preset, planned, machine = _preset(recorded)
-    models = [m for m in (_model_drift(w, preset.noise_seeds) for w in [out, *out.models()]) if m is not None]
+    models = [m for m in (_model_drift(w, preset) for w in [out, *out.models()]) if m is not None]
     correct = correct_from(out.root)  # one memoized reader of the runs' results: claims, and the test rows scored
     return StudyInputs(
         out.root,
@@ -96,7 +124,63 @@ def load_study(out_dir: str | Path) -> StudyInputs:
         preset,
         planned or len(results),
         machine or "machine not recorded",
-        claim_results(results, correct),
+        claim_results(results, correct) + drift_claims(models, preset),
         models,
         (len(correct(str(results["run_dir"].iloc[0]), "test_correct")) or None) if len(results) else None,
+        _transfer_records(out),
+        seed_picks(models, preset),
     )
+
+
+def seed_picks(models: list[ModelDrift], preset: Preset) -> pd.DataFrame:
+    """Per model, prior task and prior seed: how many matrices of each kind the first strategy's card picks."""
+    rows = [
+        {
+            "model": model.name,
+            "prior": prior,
+            "prior seed": seed,
+            **kind_counts(card),
+            "V/O share": value_output_share(card),
+        }
+        for model in models
+        for prior in preset.prior_tasks
+        for seed, card in seed_cards(model, preset, prior).items()
+    ]
+    return pd.DataFrame(rows)
+
+
+def seed_cards(model: ModelDrift, preset: Preset, prior: str) -> dict[int, ProfileCard]:
+    """The first strategy's card at the first budget that each prior seed's drift table would give (not saved)."""
+    identity = ModelIdentity.from_snapshot(model.pretrained)
+    return {
+        seed: build_profile(
+            table,
+            identity,
+            prior_task=prior,
+            strategy=preset.strategies[0],
+            metric=preset.metric,
+            fraction=preset.budgets[0],
+            normalization=preset.normalization,
+            noise=model.noise,
+        )
+        for seed, table in model.seed_tables.get(prior, {}).items()
+    }
+
+
+def drift_claims(models: list[ModelDrift], preset: Preset) -> list[ClaimResult]:
+    """Claims about the rankings themselves: picks stable across prior seeds; kinds picked per model family."""
+    if preset.strategies[0] not in RECIPE_STRATEGIES:
+        return []
+    claims: list[ClaimResult] = []
+    for prior in preset.prior_tasks:
+        shares = {}
+        for model in models:
+            cards = seed_cards(model, preset, prior)
+            if len(cards) > 1:
+                claim = stability_claim(stability_table(cards), f"{model.name}, prior {prior}")
+                claims += [claim] if claim else []
+            if cards:
+                shares[model.name] = (model.pretrained.architecture, [value_output_share(c) for c in cards.values()])
+        if len(shares) > 1 and all(len(v) > 1 for _, v in shares.values()):
+            claims += model_dependence_claims(shares)
+    return claims

@@ -5,6 +5,8 @@ Nothing here reads a file or starts a computation; :mod:`.inputs` loads, :mod:`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -319,4 +321,34 @@ def all_runs_section(results: pd.DataFrame) -> str:
         "perplexity on held-out GSM8K text; `stop_epoch` = where topological early stopping fired; `peak_rss_mib` "
         "= the process's resident peak during training, `rss_increase_mib` = that peak minus the resident size when "
         "training began (sampled every 20 ms).\n\n" + markdown_table(results.drop(columns=["run_dir"])) + "\n"
+    )
+
+
+def seed_picks_section(picks: pd.DataFrame, strategy: str, budget: float) -> str:
+    """The kinds a card picks after each prior seed, per model (the data of the stability and model claims)."""
+    if picks.empty or picks["prior seed"].nunique() < 2:
+        return ""
+    return (
+        f"\n## Which kinds the {strategy} card picks, per prior run\n\nThe {strategy} card at {100 * budget:g}% that "
+        "each prior fine-tune's drift table gives (one row per prior seed): the claims above compare the V/O share "
+        "across models with intervals over these seeds, and the Jaccard index of the picks across seeds with what "
+        "random cards of the same size would share.\n\n" + picks.to_markdown(index=False, floatfmt=".3g") + "\n"
+    )
+
+
+def transfer_section(records: list[dict[str, Any]]) -> str:
+    """The transfer check recorded before training, one line per transfer and budget."""
+    if not records:
+        return ""
+    table = pd.DataFrame(records)[
+        ["prior", "target", "strategy", "median_cosine_card", "median_cosine_all", "rank_agreement", "overlap"]
+    ]
+    return (
+        "\n## Transfer check before training\n\nPer transfer, the gradient of each attention matrix on a few hundred "
+        "rows of the prior and of the target task at the pretrained weights: their cosine (median over the card's "
+        "matrices and over all), the Spearman correlation of the card's pick order with the target's own gradient "
+        "ranking, and the share of the card's picks among the target's top matrices.\n\n"
+        + table.to_markdown(index=False, floatfmt=".3g")
+        + "\n\n"
+        + "".join(f"- {r['verdict']}\n" for r in records)
     )
