@@ -200,3 +200,64 @@ def test_reproduce_tiny_selectors_runs_every_selector_both_recipes_and_the_drift
     assert "a card's picks hold across prior runs" in report
     assert "which kinds drift depends on the model family" in report and "(Qwen)" in report  # LLaMA vs Qwen2
     assert "## Transfer check before training" in report and "## Which kinds the high-drift card picks" in report
+
+
+def _sweep(*pairs):
+    return [(lr, {"val_accuracy": acc}) for lr, acc in pairs]
+
+
+@pytest.mark.parametrize(
+    "pairs, expected",
+    [
+        (((1e-4, 0.8), (3e-4, 0.7)), 3.33e-5),  # best at the low edge: one grid step below
+        (((1e-4, 0.7), (3e-4, 0.8)), 9e-4),  # best at the high edge: one step above
+        (((1e-4, 0.7), (3e-4, 0.8), (1e-3, 0.75)), None),  # interior: the sweep is done
+        (((3.33e-5, 0.85), (1e-4, 0.8), (3e-4, 0.7)), 1.11e-5),  # still at the edge after one extension
+        (((1.11e-5, 0.9), (3.33e-5, 0.85), (1e-4, 0.8), (3e-4, 0.7)), None),  # the cap (2 beyond the grid)
+    ],
+)
+def test_extend_until_interior(pairs, expected):
+    from topotuner_lab.study.protocol import extension
+
+    beyond = extension(_sweep(*pairs), (1e-4, 3e-4), cap=2)
+    assert beyond == (None if expected is None else pytest.approx(expected, rel=1e-2))
+
+
+def test_extension_needs_a_grid_step_and_stays_a_rate():
+    from topotuner_lab.study.protocol import extension
+
+    assert extension(_sweep((1e-3, 0.8)), (1e-3,), cap=2) is None  # one rate: no step to extend by
+    assert extension(_sweep((0.1, 0.7), (0.5, 0.8)), (0.1, 0.5), cap=2) is None  # 2.5 is not a learning rate
+    assert extension(_sweep((1e-4, 0.8), (3e-4, 0.7)), (1e-4, 3e-4), cap=0) is None  # the rule switched off
+
+
+@pytest.mark.slow
+def test_run_study_extends_a_sweep_that_ends_on_an_edge(tmp_path, monkeypatch):
+    """With validation accuracy falling with the rate, the sweep walks down past the grid until the cap."""
+    from dataclasses import replace
+
+    from topotuner_lab.study import protocol
+    from topotuner_lab.study.presets import PRESETS
+
+    real = protocol.finetune_once
+
+    def fake(loaded, cfg, log):
+        res = real(loaded, cfg, log)
+        return {**res, "val_accuracy": 1 - cfg.learning_rate}  # smaller is better, always
+
+    monkeypatch.setattr(protocol, "finetune_once", fake)
+    preset = replace(
+        PRESETS["tiny"],
+        other_models=(),
+        strategies=("high-drift",),
+        constant_lr=(),
+        baselines=(),
+        seeds=(0, 1),
+        lr_extend=1,
+        noise_seeds=(0, 1),
+    )
+    results = protocol.run_study(preset, tmp_path / "ext", log=lambda _: None)
+    sweep = results[results["seed"] == 0]
+    assert sorted(sweep["lr"]) == pytest.approx([1e-4, 1e-3, 1e-2])  # one grid step (x10) below the grid
+    assert sweep.loc[sweep["selected"], "lr"].tolist() == pytest.approx([1e-4])
+    assert results.loc[results["seed"] == 1, "lr"].tolist() == pytest.approx([1e-4])

@@ -77,6 +77,12 @@ class Preset(Config):
     lr_grid: dict[str, tuple[float, ...]] = opt(
         DEFAULT_LR_GRID, "learning rates per method family, searched on validation data", check=LR_GRID
     )
+    lr_extend: int = opt(
+        2,
+        "extend-until-interior: when a sweep's best rate lies on an edge of its grid, add the next rate beyond it (the "
+        "grid's own step), up to this many per arm, the same rule for every method (0: never)",
+        check=NON_NEGATIVE_INT,
+    )
     constant_lr: tuple[str, ...] = opt(
         ("high-drift", "low-drift", "random", "magnitude"),
         "card strategies that also run at their chosen rate with a constant schedule, every seed (early stopping "
@@ -165,6 +171,7 @@ PRESETS: dict[str, Preset] = {
         seeds=(0, 1),
         stop_threshold=0.9,
         lr_grid={"full": (1e-4, 1e-3), "lora": (1e-3, 1e-2), "profile": (1e-3, 1e-2)},
+        lr_extend=0,  # the golden grid (tests/golden/tiny); the rule is tested on its own
         prior=_tiny_run(epochs=1),
         target=_tiny_run(epochs=2, n_val=8, eval_each_epoch=True, observe_only=True),
     ),

@@ -245,6 +245,28 @@ def _select(sweep: list[tuple[float, RunResults]]) -> float:
     return max(sweep, key=lambda item: (item[1]["val_accuracy"], -item[0]))[0]
 
 
+def extension(sweep: list[tuple[float, RunResults]], grid: tuple[float, ...], cap: int) -> float | None:
+    """The next rate beyond the grid's edge when the sweep's best rate lies on that edge (extend-until-interior).
+
+    The step is the geometric mean ratio of the planned ``grid``; at most ``cap`` rates are added beyond it, the same
+    rule for every method. ``None`` when the best rate is interior, the cap is reached,
+    the grid has a single rate, or the next rate would leave (0, 1).
+    """
+    rates = sorted(lr for lr, _ in sweep)
+    if len(grid) < 2 or len(rates) - len(grid) >= cap:
+        return None
+    best = _select(sweep)
+    step = (max(grid) / min(grid)) ** (1 / (len(grid) - 1))
+    if best == rates[0]:
+        beyond = best / step
+    elif best == rates[-1]:
+        beyond = best * step
+    else:
+        return None
+    beyond = float(f"{beyond:.3g}")
+    return beyond if 0 < beyond < 1 and beyond not in rates else None
+
+
 def machine() -> str:
     """The machine as measured here: logical cores and the accelerator torch sees."""
     import os
@@ -395,7 +417,9 @@ def run_study(preset: Preset, out_dir: str | Path, log: Log = print) -> pd.DataF
     rows: list[dict[str, Any]] = []
     sweeps: dict[tuple[str, str, RunKey], list[tuple[float, RunResults]]] = {}
     chosen: dict[tuple[str, str, RunKey], float] = {}
-    for index, spec in enumerate(specs):
+    index = 0
+    while index < len(specs):  # the list grows when a sweep extends past an edge of its grid
+        spec = specs[index]
         lr = spec.lr if spec.role == "sweep" else chosen[spec.arm]
         assert lr is not None
         run_dir = work.target_run(spec.prior, f"{spec.target}/seed{spec.seed}", spec.arm[2].name)
@@ -408,11 +432,18 @@ def run_study(preset: Preset, out_dir: str | Path, log: Log = print) -> pd.DataF
             last_of_sweep = (
                 index + 1 == len(specs) or specs[index + 1].arm != spec.arm or specs[index + 1].role != "sweep"
             )
-            if last_of_sweep:
+            grid = preset.lr_grid[spec.key.family]
+            beyond = extension(sweeps[spec.arm], grid, preset.lr_extend) if last_of_sweep else None
+            if beyond is not None:
+                log(f"{spec.key.name}: best rate at the edge of its grid; extending the sweep to {beyond:g}")
+                specs.insert(index + 1, replace(spec, lr=beyond))
+                progress.planned += 1
+            elif last_of_sweep:
                 chosen[spec.arm] = _select(sweeps[spec.arm])
                 for row in rows[-len(sweeps[spec.arm]) :]:
                     row["selected"] = row["lr"] == chosen[spec.arm]
         save_table(pd.DataFrame(rows), work.results)  # partial table after every run
+        index += 1
     # a drift-only comparison (no target task) still writes a results table the report can read
     results = (
         pd.DataFrame(rows)
