@@ -261,3 +261,25 @@ def test_run_study_extends_a_sweep_that_ends_on_an_edge(tmp_path, monkeypatch):
     assert sorted(sweep["lr"]) == pytest.approx([1e-4, 1e-3, 1e-2])  # one grid step (x10) below the grid
     assert sweep.loc[sweep["selected"], "lr"].tolist() == pytest.approx([1e-4])
     assert results.loc[results["seed"] == 1, "lr"].tolist() == pytest.approx([1e-4])
+
+
+@pytest.mark.slow
+def test_the_random_control_is_stratified_and_drawn_per_seed(tmp_path):
+    from dataclasses import replace
+
+    from topotuner_lab.profiles.card import ProfileCard
+    from topotuner_lab.profiles.select import kind_composition
+    from topotuner_lab.study.plan import plan
+    from topotuner_lab.study.presets import PRESETS
+    from topotuner_lab.study.protocol import WorkDir, config_for, prepare
+
+    preset = replace(PRESETS["tiny"], other_models=(), seeds=(0, 1, 2), constant_lr=(), baselines=())
+    _, cards = prepare(preset, WorkDir(tmp_path), log=lambda _: None)
+    topology = ProfileCard.load(tmp_path / "cards" / "sst2-high-drift-0.05.json")
+    controls = [ProfileCard.load(tmp_path / "cards" / f"sst2-random-seed{s}-0.05.json") for s in preset.seeds]
+    assert all(kind_composition(c) == kind_composition(topology) for c in controls)  # same kinds and count
+    assert len({tuple(c.trainable) for c in controls}) > 1  # a fresh draw per seed
+    assert not (tmp_path / "cards" / "sst2-random-0.05.json").exists()  # no unused unstratified card
+    runs = [s for s in plan(preset) if s.key.strategy == "random"]
+    used = {s.seed: config_for(preset, s, cards, 1e-3, tmp_path / "r").profile for s in runs}
+    assert used == {s: str(tmp_path / "cards" / f"sst2-random-seed{s}-0.05.json") for s in preset.seeds}

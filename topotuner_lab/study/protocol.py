@@ -35,7 +35,7 @@ from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.drift.signals import SIGNALS, with_signals
 from topotuner_lab.drift.tables import save_table
 from topotuner_lab.profiles.card import FIXED_RANKINGS, ModelIdentity, ProfileCard
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import build_profile, kind_composition
 from topotuner_lab.study.markdown import markdown_table
 from topotuner_lab.study.plan import DEFAULT_RECIPE, KEY_COLUMNS, RunKey, RunSpec, plan, transfers
 from topotuner_lab.study.presets import RECIPE_CARDS, RECIPE_STRATEGIES, Preset
@@ -67,6 +67,7 @@ class CardKey:
     budget: float
     recipe: str = DEFAULT_RECIPE
     target: str | None = None
+    seed: int | None = None  # the training seed a stratified random control was drawn for
 
 
 #: every card of a comparison, by key
@@ -179,7 +180,10 @@ def _cards_for_prior(
     cards: Cards = {}
     signals = {s for s in preset.strategies if s in FIXED_RANKINGS and FIXED_RANKINGS[s][0] in SIGNALS}
     gradients: dict[str, pd.DataFrame] = {}
+    stratified = any(s in RECIPE_STRATEGIES for s in preset.strategies)  # random controls drawn per seed below
     for recipe, strategy, budget in _card_specs(preset):
+        if strategy == "random" and stratified:
+            continue
         table = tables[recipe]
         if signals:
             table = with_signals(table, pre)
@@ -212,13 +216,51 @@ def _cards_for_prior(
                 per_kind_budget=per_kind,
             ).save(path)
             cards[CardKey(prior, strategy, budget, recipe, target)] = path
+    cards.update(_stratified_controls(preset, cards, tables[DEFAULT_RECIPE], identity, prior, work))
     return cards
 
 
-def card_for(cards: Cards, prior: str, target: str, strategy: str, budget: float, recipe: str) -> Path:
-    """The card an arm trains with: the target's own (gradient selector) or the prior's."""
-    key = CardKey(prior, strategy, budget, recipe, target)
-    return cards[key] if key in cards else cards[replace(key, target=None)]
+def card_for(
+    cards: Cards, prior: str, target: str, strategy: str, budget: float, recipe: str, seed: int | None = None
+) -> Path:
+    """The card an arm trains with: the seed's own (random control), the target's own (gradient), or the prior's."""
+    key = CardKey(prior, strategy, budget, recipe, target, seed)
+    for candidate in (key, replace(key, target=None), replace(key, seed=None), replace(key, target=None, seed=None)):
+        if candidate in cards:
+            return cards[candidate]
+    raise KeyError(key)
+
+
+def _stratified_controls(
+    preset: Preset, cards: Cards, table: pd.DataFrame, identity: ModelIdentity, prior: str, work: WorkDir
+) -> Cards:
+    """A random control per training seed with the first topology card's kinds and count (stratified), per budget.
+
+    The control differs from the topology card only in which matrices of each kind it picks, and a fresh draw per
+    seed makes the control's own randomness part of the seed-to-seed spread. Without a topology card the plain
+    random card (a fraction budget) stays the control.
+    """
+    topology = next((s for s in preset.strategies if s in RECIPE_STRATEGIES), None)
+    if "random" not in preset.strategies or topology is None:
+        return {}
+    controls: Cards = {}
+    for budget in preset.budgets:
+        composition = kind_composition(ProfileCard.load(cards[CardKey(prior, topology, budget)]))
+        for seed in preset.seeds:
+            path = work.card(f"{prior}-random-seed{seed}-{budget:g}")
+            build_profile(
+                table,
+                identity,
+                prior_task=prior,
+                strategy="random",
+                per_kind=composition,
+                seed=seed,
+                stop_threshold=preset.stop_threshold,
+                drift_settings=preset.drift.key(),
+                normalization=preset.normalization,
+            ).save(path)
+            controls[CardKey(prior, "random", budget, seed=seed)] = path
+    return controls
 
 
 def config_for(preset: Preset, spec: RunSpec, cards: Cards, lr: float, run_dir: Path) -> FinetuneConfig:
@@ -229,7 +271,9 @@ def config_for(preset: Preset, spec: RunSpec, cards: Cards, lr: float, run_dir: 
     key = spec.key
     base = replace(preset.target, task=spec.target, seed=spec.seed, data_seed=spec.seed, learning_rate=lr)
     if key.method == "profile":
-        card = card_for(cards, spec.prior, spec.target, str(key.strategy), float(key.budget or 0), key.recipe)
+        card = card_for(
+            cards, spec.prior, spec.target, str(key.strategy), float(key.budget or 0), key.recipe, spec.seed
+        )
         cfg = replace(base, method="profile", profile=str(card), stop_threshold="card")
     elif key.method == "lora":
         card = card_for(cards, spec.prior, spec.target, preset.strategies[0], float(key.budget or 0), DEFAULT_RECIPE)
