@@ -10,6 +10,7 @@ from topotuner_lab.topology.persistence import (
     distance_matrix,
     greedy_permutation,
     h0_diagram,
+    subsample_rows,
 )
 
 
@@ -121,3 +122,47 @@ def test_near_duplicate_rows_keep_their_tiny_distances(rng):
     x = np.vstack([base, base + rng.standard_normal(base.shape) * 1e-7])
     tree = minimum_spanning_tree(squareform(pdist(x))).toarray()
     np.testing.assert_allclose(h0_diagram(x)[:, 1], np.sort(tree[tree > 0]), rtol=1e-9)
+
+
+def test_row_subsample_is_seeded_and_the_same_rows_for_every_matrix_of_a_shape(rng):
+    idx = subsample_rows(100, 30, seed=3)
+    assert len(idx) == len(set(idx)) == 30 and list(idx) == sorted(idx)
+    np.testing.assert_array_equal(subsample_rows(100, 30, seed=3), idx)
+    assert list(subsample_rows(100, 30, seed=4)) != list(idx)
+    np.testing.assert_array_equal(subsample_rows(20, 30, seed=3), np.arange(20))  # fewer rows: all of them
+    x = rng.standard_normal((100, 12))
+    one = diagrams(x, PersistenceSettings(subsample=30, seed=3))
+    again = diagrams(x, PersistenceSettings(subsample=30, seed=3))
+    other = diagrams(x, PersistenceSettings(subsample=30, seed=4))
+    np.testing.assert_array_equal(one[1], again[1])
+    assert one[1].shape != other[1].shape or not np.array_equal(one[1], other[1])
+    np.testing.assert_array_equal(one[0], diagrams(x, PersistenceSettings(maxdim=0))[0])  # H0 uses every row
+    # H1 is that of the chosen rows, whatever the other rows hold: a changed copy is cut to the same rows
+    ref = ripser.ripser(x[idx], maxdim=1)["dgms"][1]
+    np.testing.assert_allclose(np.sort(one[1], axis=0), np.sort(ref, axis=0), rtol=1e-5, atol=1e-5)
+    changed = x.copy()
+    changed[np.setdiff1d(np.arange(100), idx)] += 5.0
+    np.testing.assert_allclose(diagrams(changed, PersistenceSettings(subsample=30, seed=3))[1], one[1], atol=1e-12)
+
+
+def test_no_subsample_is_the_exact_path_and_keeps_the_cache_key(rng):
+    x = rng.standard_normal((60, 8))
+    exact = diagrams(x)
+    for settings in (PersistenceSettings(subsample=None), PersistenceSettings(subsample=60, seed=5)):
+        got = diagrams(x, settings)
+        np.testing.assert_array_equal(got[0], exact[0])
+        np.testing.assert_array_equal(got[1], exact[1])
+    # the key of settings without a subsample is the key from before the setting (cached diagrams stay valid)
+    assert PersistenceSettings().key() == {"maxdim": 1, "metric": "euclidean", "n_perm": None, "seed": 0}
+    assert PersistenceSettings(subsample=256).key()["subsample"] == 256
+
+
+@pytest.mark.parametrize("value", [2, 0, -5, 3.5, "256", True])
+def test_bad_subsample_is_refused_naming_the_field(value):
+    with pytest.raises(ParameterError, match=r"subsample=.* is not a row count >= 3"):
+        PersistenceSettings(subsample=value)
+
+
+def test_subsample_and_greedy_permutation_are_exclusive():
+    with pytest.raises(ParameterError, match="subsample=64 and n_perm=32 are both set"):
+        PersistenceSettings(subsample=64, n_perm=32)

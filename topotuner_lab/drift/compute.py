@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ import pandas as pd
 from topotuner_lab._io.errors import ParameterError
 from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.executors import check_jobs, check_scheduler, run_dask, run_joblib
-from topotuner_lab.drift.settings import DriftSettings
+from topotuner_lab.drift.settings import COSINE_H1_SUBSAMPLE, DriftSettings
 from topotuner_lab.weights.projections import parse_pid
 from topotuner_lab.weights.snapshot import Snapshot, check_comparable, matrix_hash
 
@@ -80,12 +81,28 @@ def drift_between(
         else:
             pending.append(pid)
     pending.sort(key=lambda p: -before[p].shape[0])  # big matrices first: better load balance
+    warn_exact_cosine_h1(settings, [before[p].shape[0] for p in pending])
     if pending:
         work = [(pid, before[pid], after[pid], settings, cache, hashes[pid]) for pid in pending]
         results = run_dask(work, scheduler, n_jobs) if scheduler else run_joblib(work, n_jobs)
         for pid, row in tqdm(results, total=len(pending), desc="drift", unit="matrix", disable=not progress):
             values[pid] = row
     return pd.DataFrame([_with_id(pid, values[pid]) for pid in pids])
+
+
+def warn_exact_cosine_h1(settings: DriftSettings, rows: list[int]) -> None:
+    """Warn before exact cosine H1 on matrices with more rows than :data:`COSINE_H1_SUBSAMPLE`: it can take hours."""
+    big = sum(n > COSINE_H1_SUBSAMPLE for n in rows)
+    approximate = settings.subsample is not None or settings.n_perm is not None
+    if settings.metric != "cosine" or settings.maxdim < 1 or approximate or not big:
+        return
+    warnings.warn(
+        f"exact cosine H1 of {big} matrices with more than {COSINE_H1_SUBSAMPLE} rows: each can take minutes to tens "
+        "of minutes (SmolLM2-135M's deep o projections, 576 rows: 1-18 min; its whole table ~2 h on one worker). "
+        f"subsample={COSINE_H1_SUBSAMPLE} (--subsample {COSINE_H1_SUBSAMPLE}) computes H1 on that many seeded rows "
+        "per matrix (1-2 min for that table, drift ranking per H1 point kept: docs/BENCHMARKS.md, bench_cosine_h1.py)",
+        stacklevel=3,
+    )
 
 
 def _check_snapshot(name: str, given: object) -> None:

@@ -19,6 +19,8 @@ ORDERS = Check(
     "a non-empty tuple of Wasserstein orders, each a finite number >= 1 (e.g. orders=(1, 2))",
 )
 SUBSAMPLE = optional(AT_LEAST_3_ROWS)
+#: rows kept per matrix for cosine H1 (``subsample``), measured on SmolLM2-135M (benchmarks/bench_cosine_h1.py)
+COSINE_H1_SUBSAMPLE = 256
 GROUND = Check(lambda v: is_real(v) and v >= 1 or v == float("inf"), "a number >= 1, or inf")
 #: named recipes: the lab's defaults, and the authors' reference scripts (FDataLab/TopoTuner): Vietoris–Rips on the
 #: cosine distance between rows, H0 only, Wasserstein-1 with gudhi's default ground metric (internal_p = inf); their
@@ -42,6 +44,10 @@ class DriftSettings(Config):
     solver : Wasserstein solver for H1 (``"auto"``: the exact assignment up to ``distances.ASSIGNMENT_UP_TO``
         points, exact POT up to ``distances.HERA_ABOVE``, hera beyond; see :func:`distances.wasserstein`).
     n_perm, seed : optional greedy subsample of rows for H1 (approximate; None = all rows).
+    subsample : rows kept per matrix for H1, drawn at random by ``seed`` (the same rows for a matrix and its
+        fine-tuned copy); None (the default) computes H1 on every row. H0 always uses every row. Exact cosine H1 is
+        impractical on real models (SmolLM2-135M's deep ``o`` projections: minutes to tens of minutes per matrix);
+        :data:`COSINE_H1_SUBSAMPLE` is the measured choice for cosine H1 (benchmarks/bench_cosine_h1.py).
     magnitude : also the magnitude baselines (``rel_frobenius``, ``rel_spectral``, ``row_cosine_change``); the
         magnitude control card ranks by ``rel_frobenius``. Off for a topology-only table (early stopping).
     """
@@ -54,7 +60,7 @@ class DriftSettings(Config):
     bottleneck: bool = opt(True, "also the bottleneck distance")
     solver: Solver = opt("auto", "Wasserstein solver for H1 diagrams", choices=SOLVERS)
     n_perm: int | None = opt(None, "greedy subsample size for H1 (approximate; default: all rows)", check=SUBSAMPLE)
-    seed: int = opt(0, "start point of the greedy subsample", check=NON_NEGATIVE_INT)
+    seed: int = opt(0, "seed of the H1 row subsample (start point of the greedy one)", check=NON_NEGATIVE_INT)
     magnitude: bool = opt(True, "also the magnitude baselines (the magnitude control card needs them)")
     internal_p: float = opt(
         2.0,
@@ -62,6 +68,20 @@ class DriftSettings(Config):
         "default, the authors' scripts)",
         check=GROUND,
     )
+    subsample: int | None = opt(
+        None,
+        f"rows kept per matrix for H1, a seeded random subsample (approximate; default: all rows; "
+        f"{COSINE_H1_SUBSAMPLE} recommended for cosine H1)",
+        check=SUBSAMPLE,
+    )
+
+    def check(self) -> None:
+        """One H1 subsample at a time (as :class:`PersistenceSettings` requires)."""
+        if self.n_perm is not None and self.subsample is not None:
+            self.fail(
+                f"subsample={self.subsample} and n_perm={self.n_perm} are both set",
+                "give one: subsample (seeded random rows, the same for a matrix and its fine-tuned copy) or n_perm",
+            )
 
     @classmethod
     def recipe(cls, name: str) -> DriftSettings:
@@ -77,7 +97,7 @@ class DriftSettings(Config):
 
     def persistence(self, n_threads: int = 1) -> PersistenceSettings:
         """The diagram settings these drift settings imply (threads do not change a diagram)."""
-        return PersistenceSettings(self.maxdim, self.metric, self.n_perm, self.seed, n_threads)
+        return PersistenceSettings(self.maxdim, self.metric, self.n_perm, self.seed, n_threads, self.subsample)
 
     def key(self) -> dict[str, Any]:
         """The cache key: every field (orders as floats) and the cache version."""
@@ -86,6 +106,8 @@ class DriftSettings(Config):
             del key["magnitude"]
         if self.internal_p == 2.0:  # likewise: the only ground metric before the setting
             del key["internal_p"]
+        if self.subsample is None:  # likewise: every row, the only H1 before the setting
+            del key["subsample"]
         return key
 
     @classmethod

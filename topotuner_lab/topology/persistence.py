@@ -4,6 +4,11 @@ H0 is computed exactly by our own route: H0 of a Rips filtration is the minimum 
 tree of the complete distance graph, so one float64 distance matrix (a single BLAS product)
 plus an O(n²) Prim gives every death time. H1 comes from giotto-ph on the same distance
 matrix. Both are tested against ripser.py / gudhi.
+
+H1 can be computed on a seeded random subsample of the rows (``subsample``): exact cosine H1 of SmolLM2-135M's
+deep ``o`` projections takes minutes to tens of minutes per matrix, 256 of their 576 rows about a second
+(benchmarks/bench_cosine_h1.py). The rows kept depend only on the row count and the seed, so a pretrained matrix and
+its fine-tuned copy are cut to the same rows and their drift measures the weights' change, not the sampling.
 """
 
 from __future__ import annotations
@@ -34,10 +39,26 @@ class PersistenceSettings(Config):
     )
     seed: int = opt(0, "start point of the greedy permutation", check=NON_NEGATIVE_INT)
     n_threads: int = opt(1, "threads for H1 (giotto-ph)", check=POSITIVE_INT)
+    subsample: int | None = opt(
+        None, "rows kept for H1: a seeded random subsample (None: all rows)", check=optional(AT_LEAST_3_ROWS)
+    )
+
+    def check(self) -> None:
+        """One H1 subsample at a time: the random rows (``subsample``) or the greedy permutation (``n_perm``)."""
+        if self.n_perm is not None and self.subsample is not None:
+            self.fail(
+                f"subsample={self.subsample} and n_perm={self.n_perm} are both set",
+                "give one: subsample (seeded random rows, the same rows for a matrix and its fine-tuned copy) or "
+                "n_perm (greedy permutation)",
+            )
 
     def key(self) -> dict[str, object]:
-        """Settings that change the diagram (threads do not)."""
-        return {"maxdim": self.maxdim, "metric": self.metric, "n_perm": self.n_perm, "seed": self.seed}
+        """Settings that change the diagram (threads do not); ``subsample`` only when set (old keys stay valid)."""
+        key: dict[str, object] = {"maxdim": self.maxdim, "metric": self.metric, "n_perm": self.n_perm}
+        key["seed"] = self.seed
+        if self.subsample is not None:
+            key["subsample"] = self.subsample
+        return key
 
 
 @dataclass
@@ -181,14 +202,26 @@ def greedy_permutation(dist: np.ndarray, n_perm: int, seed: int = 0) -> np.ndarr
     return idx
 
 
+def subsample_rows(n_rows: int, size: int, seed: int = 0) -> np.ndarray:
+    """Sorted indices of ``size`` of ``n_rows`` rows drawn without replacement by ``seed`` (all when fewer).
+
+    The draw depends only on ``(n_rows, size, seed)``, never on the values: two matrices of one shape (pretrained and
+    fine-tuned) keep the same rows.
+    """
+    if size >= n_rows:
+        return np.arange(n_rows)
+    return np.sort(np.random.default_rng(seed).choice(n_rows, size, replace=False))
+
+
 def h1_diagram(dist: np.ndarray, n_threads: int = 1) -> np.ndarray:
     """Finite H1 pairs of the Rips filtration of a precomputed distance matrix (giotto-ph)."""
     from gph import ripser_parallel
 
-    # Beyond the enclosing radius (the smallest row maximum) the Rips complex is a cone: nothing more happens, so
-    # stopping there is exact; 6-13% faster than giotto-ph's default on 1024-2048-row matrices (bench_h1_options.py).
-    enclosing = float(dist.max(axis=1).min()) if dist.size else 0.0
-    out = ripser_parallel(dist, maxdim=1, metric="precomputed", n_threads=n_threads, thresh=enclosing)
+    # Beyond the enclosing radius (the smallest row maximum) the Rips complex is a cone, so stopping there is exact.
+    # Given no threshold, giotto-ph computes that radius itself and keeps its dense solver; passing the same radius
+    # as ``thresh`` switches it to its sparse solver: the identical diagram, but 1.1-1.5x slower on SmolLM2-135M's
+    # cosine row clouds and 1.4-2.8x under Euclidean (bench_cosine_h1.py), where nearly every edge is under it.
+    out = ripser_parallel(dist, maxdim=1, metric="precomputed", n_threads=n_threads)
     dgm = np.asarray(out["dgms"][1], dtype=np.float64).reshape(-1, 2)
     return dgm[np.isfinite(dgm[:, 1])]
 
@@ -199,7 +232,8 @@ def diagrams(matrix: np.ndarray, settings: PersistenceSettings | None = None) ->
     Parameters
     ----------
     matrix : (rows, cols) weight matrix in ``nn.Linear`` layout; its rows are the points. Finite, at least 2 rows.
-    settings : homology dimension, row metric (``"euclidean"`` or ``"cosine"``), optional H1 subsample.
+    settings : homology dimension, row metric (``"euclidean"`` or ``"cosine"``), optional H1 subsample (``subsample``:
+        seeded random rows; ``n_perm``: greedy permutation). H0 always uses every row.
 
     Returns
     -------
@@ -210,7 +244,10 @@ def diagrams(matrix: np.ndarray, settings: PersistenceSettings | None = None) ->
     dist = distance_matrix(matrix, settings.metric)
     result = Diagrams([h0_diagram(matrix, dist, settings.metric)])
     if settings.maxdim >= 1:
-        if settings.n_perm is not None:
+        if settings.subsample is not None:
+            idx = subsample_rows(dist.shape[0], settings.subsample, settings.seed)
+            dist = dist[np.ix_(idx, idx)]
+        elif settings.n_perm is not None:
             idx = greedy_permutation(dist, settings.n_perm, settings.seed)
             dist = dist[np.ix_(idx, idx)]
         result.dgms.append(h1_diagram(dist, settings.n_threads))
