@@ -200,6 +200,10 @@ def test_reproduce_tiny_selectors_runs_every_selector_both_recipes_and_the_drift
     assert "a card's picks hold across prior runs" in report
     assert "which kinds drift depends on the model family" in report and "(Qwen)" in report  # LLaMA vs Qwen2
     assert "## Transfer check before training" in report and "## Which kinds the high-drift card picks" in report
+    # the report renders again from the folder alone; a folder without a comparison is a one-line error
+    assert main(["report", str(out), "--report", str(tmp_path / "again.md")]) == 0
+    assert "## Transfer check before training" in (tmp_path / "again.md").read_text()
+    assert main(["report", str(tmp_path / "nothing")]) == 2
 
 
 def _sweep(*pairs):

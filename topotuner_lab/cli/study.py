@@ -1,4 +1,4 @@
-"""``reproduce`` (the paper's comparison at a preset size, resumable) and ``run-notebooks`` (the series, headless)."""
+"""``reproduce`` (the comparison at a preset size, resumable), ``report`` (render it again), ``run-notebooks``."""
 
 from __future__ import annotations
 
@@ -21,6 +21,15 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
     print(f"wrote {args.output}/results.csv ({len(results)} runs) and {report}")
 
 
+def _cmd_report(args: argparse.Namespace) -> None:
+    from topotuner_lab.lab.report import write_report
+
+    report = args.report or f"{args.folder}/RESULTS.md"
+    check_writable(report, "report", suffixes=(".md",))
+    write_report(args.folder, report, f"topotuner-lab report {args.folder}")
+    print(f"wrote {report}")
+
+
 def _cmd_run_notebooks(args: argparse.Namespace) -> None:
     from topotuner_lab.lab.notebooks import run_notebooks
 
@@ -30,18 +39,24 @@ def _cmd_run_notebooks(args: argparse.Namespace) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``reproduce`` and ``run-notebooks``."""
+    """Add ``reproduce``, ``report`` and ``run-notebooks``."""
     from topotuner_lab.lab.notebooks import NOTEBOOK_PRESETS
 
     rp = sub.add_parser("reproduce", help="the paper's comparison at a preset size (resumable)")
     rp.add_argument(
         "--preset",
         default="compare",
-        help="tiny, compare, cpu-small (~1.5 h here) or cpu-both (~7 h) (default: %(default)s)",
+        help="tiny, tiny-selectors, compare, cpu-small (~1.5 h here), cpu-both (~7 h), selectors (~1 h), models "
+        "(drift only, three model families) (default: %(default)s)",
     )
     rp.add_argument("-o", "--output", default=None, help="output folder (default: runs/reproduce-PRESET)")
     rp.add_argument("--report", default=None, help="where to write the Markdown report (cpu-small: docs/RESULTS.md)")
     rp.set_defaults(func=_cmd_reproduce)
+
+    rep = sub.add_parser("report", help="render a comparison folder's Markdown report again (computes nothing)")
+    rep.add_argument("folder", help="a reproduce output folder")
+    rep.add_argument("--report", default=None, help="where to write it (default: FOLDER/RESULTS.md)")
+    rep.set_defaults(func=_cmd_report)
 
     nb = sub.add_parser("run-notebooks", help="execute the notebook series headlessly with papermill")
     nb.add_argument(
