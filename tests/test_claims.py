@@ -114,6 +114,10 @@ def test_claims_compare_the_validation_chosen_card_and_judge_each_claim():
     assert claims["faster per epoch than full FT"].verdict == HELD  # 6 s vs 10 s per epoch
     assert claims["early stopping often stops after 2-3 of 6 epochs"].estimate == 2
     assert summary_verdict(list(claims.values()), "beats LoRA at a matched budget") == HELD
+    # the thesis: low drift is the complement of the high-drift card's correctness here, so high drift wins
+    thesis = claims["high drift beats low drift (the thesis)"]
+    assert thesis.measure == "profile:high-drift@0.01 - profile:low-drift@0.01 (test accuracy)"
+    assert thesis.verdict == HELD and thesis.estimate > 0
 
 
 def test_a_difference_the_interval_cannot_resolve_is_inconclusive():

@@ -149,7 +149,7 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
                         0.0,
                     )
                 )
-        claims += _selector_claims(group, setting, paired)
+        claims += _selector_claims(group, setting, paired) + _thesis_claims(group, setting, paired)
         control = _best_by_validation(group, CONTROLS)
         if best and control:
             claims.append(
@@ -163,6 +163,28 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
             )
     claims += _speed_claims(runs) + _stopping_claims(results)
     return claims
+
+
+def _thesis_claims(
+    group: pd.DataFrame, setting: str, paired: Callable[[pd.DataFrame, str, str], Interval]
+) -> list[ClaimResult]:
+    """The direct test of the thesis: the high-drift card against the low-drift card at the same budget and recipe."""
+    cards = group[group["method"] == "profile"].drop_duplicates("run")
+    out = []
+    for (_, _), same in cards.groupby([cards["budget"], cards["recipe"].fillna(DEFAULT_RECIPE)]):
+        high, low = (same.loc[same["strategy"] == s, "run"] for s in TOPOLOGY)
+        if len(high) and len(low):
+            a, b = str(high.iloc[0]), str(low.iloc[0])
+            out.append(
+                _result(
+                    "high drift beats low drift (the thesis)",
+                    setting,
+                    f"{a} - {b} (test accuracy)",
+                    paired(group, a, b),
+                    0.0,
+                )
+            )
+    return out
 
 
 def _selector_claims(
