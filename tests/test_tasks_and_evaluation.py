@@ -14,6 +14,8 @@ from topotuner_lab.weights.models import build_tiny_model
         ("sst2", "test", {0, 1}),
         ("agnews", "train", {0, 1, 2, 3}),
         ("agnews", "test", {0, 1, 2, 3}),
+        ("boolq", "train", {0, 1}),
+        ("boolq", "test", {0, 1}),
     ],
 )
 def test_local_classification_tasks(task, split, labels):

@@ -41,3 +41,31 @@ def test_a_task_without_a_validation_split_carves_it_from_training():
 def test_the_filter_applies_to_the_validation_split_only():
     train = load_task("sst2", "train", 400, 0)
     assert sum(p.split("\n")[0].rstrip()[-1:] not in ".!?" for p in train["prompt"]) > 100
+
+
+def test_a_spec_files_own_validation_split_is_filtered_like_sst2s(tmp_path):
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"phrase {i},{i % 2}\n" for i in range(20)))
+    (tmp_path / "val.csv").write_text(
+        "text,label\nA whole sentence of six words.,1\ntoo short.,0\nAnother complete sentence is here!,0\n"
+        "no end mark in this one,1\n"
+    )
+    (tmp_path / "task.yaml").write_text(
+        'task: mine\noutput_type: multiple_choice\ndoc_to_text: "Text: {{ text }}\\nLabel:"\ndoc_to_target: label\n'
+        "doc_to_choice: [a, b]\nvalidation_rows: whole-sentences\n"
+        "data_files: {train: train.csv, validation: val.csv, test: train.csv}\n"
+    )
+    spec = str(tmp_path / "task.yaml")
+    assert has_validation_split(spec) and not has_validation_split(spec, "hub")
+    data = load_run_data(FinetuneConfig(task=spec, n_train=8, n_val=5, n_test=4, n_ood=4, n_ppl=2))
+    assert data.val_source == "the task's validation split (whole-sentences)" and data.ood_task == "sst2"
+    assert data.val["prompt"] == [
+        "Text: A whole sentence of six words.\nLabel:",
+        "Text: Another complete sentence is here!\nLabel:",
+    ]
+    assert len(data.train) == 8 and all(p.startswith("Text: phrase ") for p in data.train["prompt"])
+
+
+def test_boolq_carves_validation_from_training():
+    data = load_run_data(FinetuneConfig(task="boolq", n_train=16, n_val=4, n_test=4, n_ood=4, n_ppl=2))
+    assert data.val_source == "carved from the training draw" and len(data.val) == 4 and len(data.train) == 16
+    assert data.ood_task == "sst2" and set(data.val["target"]) <= {" no", " yes"}

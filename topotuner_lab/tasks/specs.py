@@ -1,89 +1,450 @@
-"""Tasks as prompt + target text for a causal LM, read with ``datasets`` from a local file or the hub.
+"""Tasks as data: a small YAML spec per task, in lm-evaluation-harness's vocabulary, read into prompt + target rows.
 
-Classification (SST-2, AG News) is framed as a prompt followed by a label word and scored by the
-label's likelihood; GSM8K as question -> worked answer, scored by exact match of the final number.
+A spec says where the rows are (local ``data_files`` per split and/or a hub ``dataset_path``), how a row becomes a
+prompt (``doc_to_text``, a Jinja2 template over the row's fields) and a target (``doc_to_target``), and how the task is
+scored (``output_type``: ``multiple_choice`` by the likelihood of each ``doc_to_choice`` word, ``generate_until`` by
+greedy generation). The built-in tasks are spec files shipped in ``tasks/builtin/`` (:data:`TASKS`); any other task is
+a spec file given by its path (:func:`get_task`). Every field is validated when a spec is read: a bad spec is one
+:class:`TaskError` line naming the field and the fix.
+
 Local copies are looked up in ``$TOPOTUNER_DATA`` or the ``shared/data`` folder beside the project.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import difflib
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from topotuner_lab._io.config import REQUIRED, Check, Config, is_int, opt, optional
 from topotuner_lab._io.errors import TaskError
+from topotuner_lab.tasks.datafiles import FORMATS, read_data_file
+from topotuner_lab.tasks.templates import fields_of, render, syntax_error
+
+__all__ = [
+    "BUILTIN_DIR",
+    "OUTPUT_TYPES",
+    "SPLITS",
+    "TASKS",
+    "VALIDATION_FILTERS",
+    "TaskSpec",
+    "data_dir",
+    "final_number",
+    "get_task",
+    "has_validation_split",
+    "load_task",
+    "read_spec",
+]
+
+#: how a task is scored: the likelihood of each label word, or greedy generation
+OUTPUT_TYPES: tuple[str, ...] = ("multiple_choice", "generate_until")
+#: the splits a fine-tune reads: its own names, whatever the hub calls them
+SPLITS: tuple[str, ...] = ("train", "validation", "test")
+#: the metric each output type is scored by (``exact_match``: the final number of the answer, GSM8K-style)
+METRICS: dict[str, tuple[str, ...]] = {"multiple_choice": ("acc",), "generate_until": ("exact_match",)}
+#: ``generation_kwargs`` keys and their defaults (lm-evaluation-harness's); decoding is always greedy
+GENERATION_DEFAULTS: dict[str, Any] = {"until": ("\n\n",), "max_gen_toks": 256, "do_sample": False}
+#: a validation row filter's test of a row's text
+VALIDATION_FILTERS: dict[str, Callable[[str], bool]] = {
+    "whole-sentences": lambda text: text.rstrip()[-1:] in ".!?" and len(text.split()) >= 5
+}
+#: lm-evaluation-harness keys this reader does not implement (named in the error, so it is not a typo hunt)
+_UNSUPPORTED = (
+    "dataset_kwargs",
+    "description",
+    "doc_to_decontamination_query",
+    "fewshot_config",
+    "fewshot_delimiter",
+    "fewshot_split",
+    "filter_list",
+    "group",
+    "num_fewshot",
+    "process_docs",
+    "process_results",
+    "repeats",
+    "should_decontaminate",
+    "tag",
+)
+#: where the built-in task specs live (shipped as package data)
+BUILTIN_DIR = Path(__file__).with_name("builtin")
+
+_NAME = Check(
+    lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", v), "a name of letters, digits, _ . -"
+)
+_TEXT = Check(lambda v: isinstance(v, str) and v.strip() != "", "a non-empty string")
+_WORDS = Check(
+    lambda v: isinstance(v, tuple) and all(isinstance(w, str) and w.strip() for w in v) and len(set(v)) == len(v),
+    "a list of distinct non-empty strings (quote words YAML reads as other values: 'yes', 'no', 'on', numbers)",
+)
+_FILES = Check(
+    lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(p, str) and p for k, p in v.items()),
+    "a mapping of split (train, validation, test) to a data file path",
+)
+_MAPPING = Check(lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v), "a mapping")
+_ALIASES = Check(
+    lambda v: isinstance(v, dict) and all(isinstance(k, str) and is_int(i) for k, i in v.items()),
+    "a mapping of label name to choice index (a whole number)",
+)
+_STRING = Check(lambda v: isinstance(v, str), "a string")
+_LIST = Check(lambda v: isinstance(v, tuple), "a list of {metric: NAME}")
+_FILTER = Check(
+    lambda v: v == "" or v in VALIDATION_FILTERS, f"'' (all rows) or one of {', '.join(VALIDATION_FILTERS)}"
+)
 
 
 @dataclass(frozen=True)
-class TaskSpec:
-    """How one task is read and framed."""
+class TaskSpec(Config):
+    """How one task is read, framed and scored: the keys of its YAML spec file (lm-evaluation-harness's, mostly).
 
-    name: str
-    kind: str  # "classification" or "generation"
-    template: str  # prompt with a {text} slot
-    labels: tuple[str, ...] = ()  # label words (classification), index = label id
-    files: tuple[tuple[str, str], ...] = ()  # (split, file relative to the data dir)
-    text_column: str = "text"
-    label_column: str = "label"
-    hub: tuple[str, ...] = ()  # datasets.load_dataset(*hub)
-    hub_splits: tuple[tuple[str, str], ...] = ()
-    #: which rows of the local validation split are kept, so validation looks like the test set ("" keeps all;
-    #: "whole-sentences": SST-2's carved-out GLUE train rows are mostly phrases, its test rows whole sentences)
-    validation_rows: str = ""
+    A bare field name in ``doc_to_text`` / ``doc_to_target`` takes the field's value as it is; anything else is a
+    Jinja2 template over the row's fields. Relative paths in ``data_files`` are looked up beside the spec file, then
+    in the data folder (``$TOPOTUNER_DATA``, ``shared/data``, or the ``source`` folder given to :func:`load_task`).
+    """
+
+    label = "task spec"
+    error = TaskError
+
+    task: str = opt(REQUIRED, "the task's name (results and run names record it)", check=_NAME)
+    output_type: str = opt(
+        REQUIRED,
+        "multiple_choice (scored by the likelihood of each doc_to_choice word) or generate_until (greedy generation)",
+        choices=OUTPUT_TYPES,
+    )
+    doc_to_text: str = opt(
+        REQUIRED,
+        'the prompt: a Jinja2 template over the row\'s fields, e.g. "Review: {{sentence}}\\nSentiment:"',
+        check=_TEXT,
+    )
+    doc_to_target: str = opt(
+        REQUIRED,
+        "the target: a field name or template giving the label (a choice index, a choice word or a label_aliases "
+        "name) for multiple_choice, the text to learn for generate_until",
+        check=_TEXT,
+    )
+    doc_to_choice: tuple[str, ...] = opt(
+        (), "the label words, in label order (multiple_choice only), e.g. [negative, positive]", check=_WORDS
+    )
+    target_delimiter: str = opt(" ", "put between the prompt and the target or choice word", check=_STRING)
+    data_files: dict[str, str] = opt(
+        {}, "the local data file of each split: {train: ..., validation: ..., test: ...}", check=_FILES
+    )
+    column_names: tuple[str, ...] = opt(
+        (), "the columns of headerless .tsv / .csv data files (empty: the first line is the header)", check=_WORDS
+    )
+    dataset_path: str | None = opt(None, "the Hugging Face hub id (read with source='hub')", check=optional(_TEXT))
+    dataset_name: str | None = opt(None, "the hub dataset's configuration name", check=optional(_TEXT))
+    training_split: str | None = opt(None, "the hub split that is the training split", check=optional(_TEXT))
+    validation_split: str | None = opt(None, "the hub split that is the validation split", check=optional(_TEXT))
+    test_split: str | None = opt(None, "the hub split that is the test split", check=optional(_TEXT))
+    label_aliases: dict[str, int] = opt(
+        {}, "other names the data gives labels, by choice index, e.g. {Sci/Tech: 3}", check=_ALIASES
+    )
+    generation_kwargs: dict[str, Any] = opt(
+        {}, "generate_until only: {until: [stop strings], max_gen_toks: N} (greedy decoding)", check=_MAPPING
+    )
+    metric_list: tuple[Any, ...] = opt(
+        (),
+        "[{metric: acc}] for multiple_choice, [{metric: exact_match}] for generate_until (the default)",
+        check=_LIST,
+    )
+    validation_rows: str = opt(
+        "",
+        "which validation rows are kept so validation looks like the test set: '' (all) or whole-sentences",
+        check=_FILTER,
+    )
+    validation_column: str = opt(
+        "", "the field validation_rows tests (default: the one field doc_to_text names)", check=_STRING
+    )
+    metadata: dict[str, Any] = opt({}, "free notes (version, source, license); recorded, not read", check=_MAPPING)
+
+    def check(self) -> None:
+        """The rules across fields: where the rows are, templates, choices, generation and metric settings."""
+        self._check_sources()
+        self._check_templates()
+        multiple = self.output_type == "multiple_choice"
+        if multiple and len(self.doc_to_choice) < 2:
+            self.fail(
+                f"output_type multiple_choice needs doc_to_choice with 2 or more label words, not {self.doc_to_choice}",
+                "add doc_to_choice: [word0, word1, ...] (label 0's word first)",
+            )
+        if not multiple:
+            for name in ("doc_to_choice", "label_aliases"):
+                if getattr(self, name):
+                    self.fail(f"{name} is for multiple_choice, and output_type is generate_until", f"remove {name}")
+        for alias, index in self.label_aliases.items():
+            if not 0 <= index < len(self.doc_to_choice):
+                self.fail(
+                    f"label_aliases.{alias}={index} is not a choice index 0..{len(self.doc_to_choice) - 1}",
+                    "map each name to the index of its doc_to_choice word",
+                )
+        self._check_generation()
+        self._check_metrics()
+        if self.validation_rows and not self.validation_column and len(fields_of(self.doc_to_text)) != 1:
+            self.fail(
+                f"validation_rows={self.validation_rows!r} needs validation_column: doc_to_text names "
+                f"{list(fields_of(self.doc_to_text))}",
+                "add validation_column: the field whose text the filter tests",
+            )
+
+    def _check_sources(self) -> None:
+        if not self.data_files and self.dataset_path is None:
+            self.fail(
+                "gives neither data_files nor dataset_path",
+                "add data_files: {train: FILE, test: FILE} (local files), or dataset_path: a hub id",
+            )
+        for split, path in self.data_files.items():
+            if split not in SPLITS:
+                close = difflib.get_close_matches(split, SPLITS, n=1)
+                self.fail(
+                    f"data_files has split {split!r}",
+                    f"name the splits {', '.join(SPLITS)}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+                )
+            if Path(path).suffix.lower() not in FORMATS:
+                self.fail(
+                    f"data_files.{split}={path!r} is not a file of a known format",
+                    "give a " + "; a ".join(f"{s} file ({what})" for s, what in FORMATS.items()),
+                )
+        if self.data_files:
+            lacking = [s for s in ("train", "test") if s not in self.data_files]
+            if lacking:
+                self.fail(f"data_files lacks split(s) {lacking}", "a fine-tune reads train and test: give both files")
+        if self.dataset_path is not None:
+            lacking = [f"{s}_split" for s in ("training", "test") if getattr(self, f"{s}_split") is None]
+            if lacking:
+                self.fail(
+                    f"dataset_path needs {' and '.join(lacking)}", "name the hub splits, e.g. training_split: train"
+                )
+        if self.column_names and any(Path(p).suffix.lower() in (".json", ".jsonl") for p in self.data_files.values()):
+            self.fail("column_names is for headerless .tsv / .csv files", "remove column_names: JSON rows name fields")
+
+    def _check_templates(self) -> None:
+        for name in ("doc_to_text", "doc_to_target"):
+            source = getattr(self, name)
+            problem = syntax_error(source)
+            if problem:
+                self.fail(
+                    f"{name} is not a valid Jinja2 template: {problem}",
+                    f'write fields as {{{{field}}}} in {name}, e.g. "Question: {{{{question}}}}\\nAnswer:"',
+                )
+            if not fields_of(source):
+                self.fail(f"{name}={source!r} names no field of the rows", f"name a field in {name}: {{{{field}}}}")
+            missing = [f for f in fields_of(source) if self.column_names and f not in self.column_names]
+            if missing:
+                self.fail(
+                    f"{name} names field(s) {missing} not among column_names {list(self.column_names)}",
+                    f"use the columns' names in {name}, or rename them in column_names",
+                )
+
+    def _check_generation(self) -> None:
+        if self.generation_kwargs and self.output_type != "generate_until":
+            self.fail("generation_kwargs is for generate_until", "remove generation_kwargs, or change output_type")
+        unknown = sorted(set(self.generation_kwargs) - set(GENERATION_DEFAULTS))
+        if unknown:
+            self.fail(f"generation_kwargs has key(s) {unknown}", f"use {', '.join(GENERATION_DEFAULTS)}")
+        until = self.generation_kwargs.get("until", ())
+        if not (isinstance(until, str) and until) and not (
+            isinstance(until, (list, tuple)) and all(isinstance(s, str) and s for s in until)
+        ):
+            self.fail(f"generation_kwargs.until={until!r} is not a list of stop strings", 'give until: ["\\n\\n"]')
+        tokens = self.generation_kwargs.get("max_gen_toks", 1)
+        if not (is_int(tokens) and tokens >= 1):
+            self.fail(f"generation_kwargs.max_gen_toks={tokens!r} is not a whole number >= 1", "give max_gen_toks: 256")
+        if self.generation_kwargs.get("do_sample", False) is not False:
+            self.fail("generation_kwargs.do_sample must be false: answers are decoded greedily", "remove do_sample")
+
+    def _check_metrics(self) -> None:
+        allowed = METRICS[self.output_type]
+        for i, item in enumerate(self.metric_list):
+            entry = {"metric": item} if isinstance(item, str) else item
+            if not isinstance(entry, Mapping) or "metric" not in entry:
+                self.fail(f"metric_list[{i}]={item!r} is not a mapping with a metric", f"give - metric: {allowed[0]}")
+            if entry["metric"] not in allowed:
+                self.fail(
+                    f"metric_list[{i}].metric={entry['metric']!r} is not scored for output_type {self.output_type}",
+                    f"use {', '.join(allowed)}",
+                )
+            extra = sorted(set(entry) - {"metric", "aggregation", "higher_is_better"})
+            if extra or entry.get("aggregation", "mean") != "mean" or entry.get("higher_is_better", True) is not True:
+                self.fail(
+                    f"metric_list[{i}]={dict(entry)!r} asks for what is not computed here",
+                    "give metric only (aggregation is mean, higher is better)",
+                )
+
+    # ---- what the rest of the package reads
+
+    @property
+    def name(self) -> str:
+        """The task's name."""
+        return self.task
+
+    @property
+    def kind(self) -> str:
+        """``"classification"`` (multiple_choice) or ``"generation"`` (generate_until)."""
+        return "classification" if self.output_type == "multiple_choice" else "generation"
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The scored continuations of a multiple-choice task: the delimiter, then each label word."""
+        return tuple(self.target_delimiter + word for word in self.doc_to_choice)
+
+    @property
+    def metric(self) -> str:
+        """The metric the task is scored by."""
+        if not self.metric_list:
+            return METRICS[self.output_type][0]
+        first = self.metric_list[0]
+        return str(first if isinstance(first, str) else first["metric"])
+
+    @property
+    def until(self) -> tuple[str, ...]:
+        """Where a generated answer ends (``generation_kwargs.until``)."""
+        until = self.generation_kwargs.get("until", GENERATION_DEFAULTS["until"])
+        return (until,) if isinstance(until, str) else tuple(until)
+
+    @property
+    def max_gen_toks(self) -> int:
+        """The most tokens generated for an answer (``generation_kwargs.max_gen_toks``)."""
+        return int(self.generation_kwargs.get("max_gen_toks", GENERATION_DEFAULTS["max_gen_toks"]))
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The row fields the task reads (doc_to_text's, doc_to_target's, the validation column), in that order."""
+        return tuple(dict.fromkeys((*fields_of(self.doc_to_text), *fields_of(self.doc_to_target), *self._vcol())))
+
+    def _vcol(self) -> tuple[str, ...]:
+        return (self.validation_column,) if self.validation_column else ()
+
+    def hub_split(self, split: str) -> str | None:
+        """The hub's name of our ``split`` (train, validation, test), or None."""
+        return {"train": self.training_split, "validation": self.validation_split, "test": self.test_split}.get(split)
+
+    def label_index(self, value: Any) -> int:
+        """The choice index of a row's ``doc_to_target`` value: a label_aliases name, a choice word, or an index."""
+        if isinstance(value, str):
+            if value in self.label_aliases:
+                return self.label_aliases[value]
+            if value.strip() in self.doc_to_choice:
+                return self.doc_to_choice.index(value.strip())
+        try:
+            label = int(value)
+        except (TypeError, ValueError):
+            label = -1
+        if not 0 <= label < len(self.doc_to_choice):
+            names = [*self.doc_to_choice, *self.label_aliases]
+            raise TaskError(
+                f"label {value!r} (doc_to_target) is not one of task {self.task!r}'s {len(self.doc_to_choice)} labels",
+                f"give labels 0..{len(self.doc_to_choice) - 1} or names {names}",
+            )
+        return label
 
 
-#: a validation row filter's test of a row's text
-VALIDATION_FILTERS = {"whole-sentences": lambda text: text.rstrip()[-1:] in ".!?" and len(text.split()) >= 5}
+def _validation_column(spec: TaskSpec) -> str:
+    return spec.validation_column or fields_of(spec.doc_to_text)[0]
 
 
-def has_validation_split(name: str, source: str | os.PathLike[str] | None = None) -> bool:
+# ------------------------------------------------------------------------------------------------ reading specs
+
+
+def read_spec(path: str | os.PathLike[str], *, builtin: bool = False) -> TaskSpec:
+    """The task spec in the YAML file ``path``; any problem is one :class:`TaskError` line naming the field.
+
+    Relative ``data_files`` paths that exist beside the spec are made absolute; the others are looked up in the data
+    folder when the task is loaded. ``builtin`` specs (shipped in the package) read theirs from the data folder only.
+    """
+    import yaml
+
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise TaskError(
+            f"task spec file {path} does not exist", f"check the path, or use a built-in task: {', '.join(TASKS)}"
+        )
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        raise TaskError(f"task spec file {path} is not a .yaml file", "give the task spec as a .yaml file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise TaskError(f"task spec file {path} is not UTF-8 text", "save it as UTF-8") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise TaskError(
+            f"task spec file {path} is not valid YAML: {reason}{where}", "fix the YAML (quote text holding ': ')"
+        ) from exc
+    prefix = f"task spec {path}"
+    if not isinstance(data, dict):
+        raise TaskError(f"{prefix} is not a mapping of key: value", "write one key: value per line (task: my-task ...)")
+    known = {f.name: f for f in dataclasses.fields(TaskSpec)}
+    for key in data:
+        if key in known:
+            continue
+        if key in _UNSUPPORTED:
+            raise TaskError(f"{prefix}: lm-evaluation-harness's {key} is not supported here", f"remove {key}")
+        close = difflib.get_close_matches(str(key), known, n=1)
+        raise TaskError(
+            f"{prefix}: unknown field {key!r}",
+            f"did you mean {close[0]!r}?" if close else f"use the fields {', '.join(known)}",
+        )
+    missing = [n for n, f in known.items() if n not in data and f.default is f.default_factory is REQUIRED]
+    if missing:
+        raise TaskError(
+            f"{prefix}: lacks field(s) {missing}", "; ".join(f"add {n}: {known[n].metadata['help']}" for n in missing)
+        )
+    files = data.get("data_files")
+    if isinstance(files, dict) and not builtin:
+        data["data_files"] = {
+            split: str((path.parent / rel).resolve())
+            if isinstance(rel, str) and not Path(rel).is_absolute() and (path.parent / rel).is_file()
+            else rel
+            for split, rel in files.items()
+        }
+    try:
+        return TaskSpec.from_dict(data)
+    except TaskError as exc:
+        raise TaskError(exc.problem.replace("task spec", prefix, 1), exc.fix) from None
+
+
+def _builtin_specs() -> dict[str, TaskSpec]:
+    specs = {}
+    for path in sorted(BUILTIN_DIR.glob("*.yaml")):
+        spec = read_spec(path, builtin=True)
+        assert spec.task == path.stem, f"built-in spec {path.name} names task {spec.task!r}"
+        specs[spec.task] = spec
+    return specs
+
+
+#: the built-in tasks, by name: the spec files in ``tasks/builtin/``
+TASKS: dict[str, TaskSpec] = _builtin_specs()
+
+
+def get_task(name: str | os.PathLike[str] | TaskSpec) -> TaskSpec:
+    """The spec of a built-in task by name, or of a ``.yaml`` spec file by its path.
+
+    An unknown name is a :class:`TaskError` listing the built-in ones.
+    """
+    if isinstance(name, TaskSpec):
+        return name
+    key = os.fspath(name)
+    if key in TASKS:
+        return TASKS[key]
+    if key.lower().endswith((".yaml", ".yml")) or "/" in key or os.sep in key:
+        return read_spec(key)
+    raise TaskError(
+        f"unknown task {key!r}", f"use one of {', '.join(TASKS)}, or give the path of a task spec .yaml file"
+    )
+
+
+def has_validation_split(name: str | os.PathLike[str] | TaskSpec, source: str | os.PathLike[str] | None = None) -> bool:
     """Whether ``name`` has a validation split of its own, apart from train and test, in local data.
 
     On the hub SST-2's "validation" is the test set here, so it does not count.
     """
-    return source != "hub" and "validation" in dict(get_task(name).files)
-
-
-TASKS: dict[str, TaskSpec] = {
-    "sst2": TaskSpec(
-        "sst2",
-        "classification",
-        "Review: {text}\nSentiment:",
-        (" negative", " positive"),
-        (("train", "sst2/train.tsv"), ("validation", "sst2/dev.tsv"), ("test", "sst2/test.tsv")),
-        "sentence",
-        "label",
-        ("nyu-mll/glue", "sst2"),
-        (("train", "train"), ("validation", "validation"), ("test", "validation")),
-        validation_rows="whole-sentences",
-    ),
-    "agnews": TaskSpec(
-        "agnews",
-        "classification",
-        "News: {text}\nTopic:",
-        (" World", " Sports", " Business", " Science"),
-        (("train", "agnews/dev.tsv"), ("test", "agnews/test.tsv")),
-        "text",
-        "label",
-        ("fancyzhx/ag_news",),
-        (("train", "train"), ("test", "test")),
-    ),
-    "gsm8k": TaskSpec(
-        "gsm8k",
-        "generation",
-        "Question: {text}\nAnswer:",
-        (),
-        (("train", "gsm8k/train.jsonl"), ("test", "gsm8k/test.jsonl")),
-        "question",
-        "answer",
-        ("openai/gsm8k", "main"),
-        (("train", "train"), ("test", "test")),
-    ),
-}
-_AGNEWS_NAMES = {"World": 0, "Sports": 1, "Business": 2, "Sci/Tech": 3}
+    return source != "hub" and "validation" in get_task(name).data_files
 
 
 def data_dir() -> Path:
@@ -101,122 +462,6 @@ def data_dir() -> Path:
     )
 
 
-def get_task(name: str) -> TaskSpec:
-    """The spec of a task by name; an unknown name is a :class:`TaskError` listing the known ones."""
-    if name not in TASKS:
-        raise TaskError(f"unknown task {name!r}", f"use one of {', '.join(TASKS)}")
-    return TASKS[name]
-
-
-def _text_of(path: Path) -> str:
-    """The file's text; a file that is not UTF-8 is a :class:`TaskError` naming the first bad byte and its line."""
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise TaskError(
-            f"data file {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line})",
-            "save it as UTF-8 (e.g. iconv -f latin1 -t utf-8), or point --data-source at the right folder",
-        ) from exc
-
-
-def _lines(path: Path) -> list[tuple[int, str]]:
-    """The non-blank lines of a UTF-8 file with their numbers (from 1); an empty file is a :class:`TaskError`."""
-    lines = [(n, line.rstrip("\r")) for n, line in enumerate(_text_of(path).split("\n"), start=1)]
-    lines = [(n, line) for n, line in lines if line]
-    if not lines:
-        raise TaskError(f"data file {path} is empty", "give a file with one example per line")
-    return lines
-
-
-def _check_tsv(spec: TaskSpec, path: Path, header: bool) -> None:
-    """Refuse a TSV the reader would fail on: not UTF-8, empty, a header without rows, a row of another width."""
-    lines = _lines(path)
-    width = len(lines[0][1].split("\t")) if header else 2
-    layout = "a header line, then" if header else "no header;"
-    fix = f"give {path.name} as UTF-8 text with {layout} one example per line: {width} tab-separated fields"
-    if header and len(lines) == 1:
-        raise TaskError(f"data file {path} holds a header but no rows", fix)
-    for number, line in lines[1:] if header else lines:
-        fields = line.count("\t") + 1
-        if fields != width:
-            raise TaskError(
-                f"line {number} of data file {path} has {fields} tab-separated field(s), not {width}"
-                + (" as its header" if header else ""),
-                fix + " (a tab inside the text splits it)",
-            )
-
-
-def _check_jsonl(path: Path) -> None:
-    """Refuse a JSON-lines file the reader would fail on: not UTF-8, empty, a line that is not a JSON object."""
-    for number, line in _lines(path):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            row = None
-        if not isinstance(row, dict):
-            raise TaskError(
-                f"line {number} of data file {path} is not a JSON object", "give one JSON object per line (JSONL)"
-            )
-
-
-def _read_local(spec: TaskSpec, path: Path) -> Any:
-    """A local data file as a ``datasets.Dataset``, checked first so that a malformed file is a clear TaskError."""
-    import datasets
-
-    if not path.is_file():
-        raise TaskError(
-            f"data file {path} for task {spec.name!r} does not exist",
-            "check TOPOTUNER_DATA / the shared data folder, or pass source='hub'",
-        )
-    headerless = spec.name == "agnews"  # TSV without header: text, label name
-    if path.suffix == ".jsonl":
-        _check_jsonl(path)
-        kwargs: dict[str, Any] = {"path": "json"}
-    else:
-        _check_tsv(spec, path, header=not headerless)
-        kwargs = {"path": "csv", "delimiter": "\t", "quoting": 3}
-        if headerless:
-            kwargs["column_names"] = ["text", "label"]
-    try:
-        return datasets.load_dataset(data_files=str(path), split="train", **kwargs)
-    except Exception as exc:  # noqa: BLE001 - the reader's own errors (pyarrow, pandas) become one clear line
-        cause = exc.__cause__ or exc
-        reason = (str(cause).strip().splitlines() or [""])[0][:200]
-        raise TaskError(
-            f"data file {path} cannot be read as {kwargs['path'].upper()} ({cause.__class__.__name__}: {reason})",
-            "check the file: UTF-8 text, one example per line"
-            + (", tab-separated" if kwargs["path"] == "csv" else ", each a JSON object"),
-        ) from exc
-
-
-def _check_columns(spec: TaskSpec, ds: Any, where: str) -> None:
-    missing = [c for c in (spec.text_column, spec.label_column) if c not in ds.column_names]
-    if missing:
-        raise TaskError(
-            f"{where} has no column(s) {missing} needed by task {spec.name!r} (it has {ds.column_names})",
-            f"give a file with columns {spec.text_column!r} and {spec.label_column!r}",
-        )
-
-
-def _label_id(spec: TaskSpec, value: Any) -> int:
-    """The label's index; a label name (AG News) or a number, checked against the task's labels."""
-    if spec.name == "agnews" and isinstance(value, str) and value in _AGNEWS_NAMES:
-        return _AGNEWS_NAMES[value]
-    try:
-        label = int(value)
-    except (TypeError, ValueError):
-        label = -1
-    if not 0 <= label < len(spec.labels):
-        raise TaskError(
-            f"label {value!r} is not one of task {spec.name!r}'s {len(spec.labels)} labels",
-            f"give labels 0..{len(spec.labels) - 1}"
-            + (f" or names {list(_AGNEWS_NAMES)}" if spec.name == "agnews" else ""),
-        )
-    return label
-
-
 def final_number(answer: str) -> str | None:
     """The number after GSM8K's ``####`` (or the last number in a generated answer)."""
     tail = answer.split("####")[-1]
@@ -224,58 +469,104 @@ def final_number(answer: str) -> str | None:
     return numbers[-1].replace(",", "").rstrip(".") if numbers else None
 
 
+# ------------------------------------------------------------------------------------------------ reading rows
+
+
+def _rows(spec: TaskSpec, split: str, source: str | os.PathLike[str] | None) -> tuple[Any, str]:
+    """The raw rows of ``split`` and where they came from (for messages)."""
+    if source == "hub":
+        import datasets
+
+        hub_split = spec.hub_split(split)
+        if spec.dataset_path is None:
+            raise TaskError(
+                f"task {spec.task!r} has no hub copy (its spec gives no dataset_path)",
+                "add dataset_path (a hub id) to the spec, or read its local files (no source='hub')",
+            )
+        if hub_split is None:
+            have = [s for s in SPLITS if spec.hub_split(s)]
+            raise TaskError(f"task {spec.task!r} has no split {split!r}", f"use one of {have}")
+        hub = (spec.dataset_path,) if spec.dataset_name is None else (spec.dataset_path, spec.dataset_name)
+        return datasets.load_dataset(*hub, split=hub_split), f"hub {hub}"
+    rel = spec.data_files.get(split)
+    if source is None or Path(source).is_dir():  # a data folder: the offline copy or one laid out like it
+        if rel is None:
+            raise TaskError(f"task {spec.task!r} has no local split {split!r}", f"use one of {list(spec.data_files)}")
+        path = Path(rel).expanduser()
+        if not path.is_absolute():
+            path = (data_dir() if source is None else Path(source)) / path
+    else:
+        path = Path(source)
+    return read_data_file(path, spec.task, spec.column_names, f"data_files.{split}" if rel else ""), str(path)
+
+
+def _check_columns(spec: TaskSpec, ds: Any, where: str) -> None:
+    missing = [c for c in spec.fields if c not in ds.column_names]
+    if missing:
+        named = [n for n in ("doc_to_text", "doc_to_target") if set(fields_of(getattr(spec, n))) & set(missing)] or [
+            "validation_column"
+        ]
+        raise TaskError(
+            f"{where} has no column(s) {missing} named by {', '.join(named)} of task {spec.task!r} "
+            f"(it has {ds.column_names})",
+            f"give a file with columns {list(spec.fields)}, or name its columns in the spec's {' and '.join(named)}",
+        )
+
+
+def _render(spec: TaskSpec, name: str, row: dict[str, Any], where: str) -> Any:
+    """``spec``'s template ``name`` over ``row``; a template that fails on the row is a :class:`TaskError`."""
+    try:
+        return render(getattr(spec, name), row)
+    except Exception as exc:  # noqa: BLE001 - Jinja's errors (a failed filter, the sandbox) become one clear line
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise TaskError(
+            f"{name} of task {spec.task!r} fails on a row of {where} ({exc.__class__.__name__}: {reason})",
+            f"fix {name} in the spec: it may read the row's fields {sorted(row)} and Jinja2 filters",
+        ) from None
+
+
+def _complete(needed: tuple[str, ...]) -> str:
+    if len(needed) == 2:
+        return f"both {needed[0]!r} and {needed[1]!r}"
+    return f"{needed[0]!r}" if len(needed) == 1 else f"all of {list(needed)}"
+
+
 def load_task(
-    name: str, split: str = "train", n: int | None = None, seed: int = 0, source: str | os.PathLike[str] | None = None
+    name: str | os.PathLike[str] | TaskSpec,
+    split: str = "train",
+    n: int | None = None,
+    seed: int = 0,
+    source: str | os.PathLike[str] | None = None,
 ) -> Any:
     """Rows with ``prompt``, ``target`` (text to learn), ``label`` (int, -1 for generation) as a ``datasets.Dataset``.
 
+    ``name``: a built-in task, the path of a ``.yaml`` task spec, or a :class:`TaskSpec`.
     ``source``: None reads the offline copy; ``"hub"`` loads from the Hugging Face hub; a folder is read like the
     offline copy (``sst2/train.tsv``...); a file path reads that file for the requested split.
     ``n`` rows are drawn at random with ``seed`` (the data-order seed recorded in results).
     """
     spec = get_task(name)
-    if source == "hub":
-        import datasets
-
-        hub_split = dict(spec.hub_splits).get(split)
-        if hub_split is None:
-            raise TaskError(f"task {name!r} has no split {split!r}", f"use one of {[s for s, _ in spec.hub_splits]}")
-        ds, where = datasets.load_dataset(*spec.hub, split=hub_split), f"hub {spec.hub}"
-    else:
-        rel = dict(spec.files).get(split)
-        if source is None or Path(source).is_dir():  # a data folder: the offline copy or one laid out like it
-            folder = data_dir() if source is None else Path(source)
-            if rel is None:
-                raise TaskError(
-                    f"task {name!r} has no local split {split!r}", f"use one of {[s for s, _ in spec.files]}"
-                )
-            path = folder / rel
-        else:
-            path = Path(source)
-        ds, where = _read_local(spec, path), str(path)
+    ds, where = _rows(spec, split, source)
     _check_columns(spec, ds, where)
-    ds = ds.filter(lambda row: row[spec.text_column] is not None and row[spec.label_column] is not None)
+    needed = spec.fields
+    ds = ds.filter(lambda row: all(row[c] is not None for c in needed))
     if split == "validation" and spec.validation_rows:
-        keep = VALIDATION_FILTERS[spec.validation_rows]
-        ds = ds.filter(lambda row: keep(str(row[spec.text_column])))
+        keep, column = VALIDATION_FILTERS[spec.validation_rows], _validation_column(spec)
+        ds = ds.filter(lambda row: keep(str(row[column])))
     if len(ds) == 0:
         raise TaskError(
-            f"{where} holds no example with both {spec.text_column!r} and {spec.label_column!r}",
-            "give a file with at least one complete example",
+            f"{where} holds no example with {_complete(needed)}", "give a file with at least one complete example"
         )
     if n is not None and n < len(ds):
         ds = ds.shuffle(seed=seed).select(range(n))
 
     def frame(row: dict[str, Any]) -> dict[str, Any]:
-        text = str(row[spec.text_column]).strip()
-        if spec.kind == "classification":
-            label = _label_id(spec, row[spec.label_column])
-            return {"prompt": spec.template.format(text=text), "target": spec.labels[label], "label": label}
-        return {
-            "prompt": spec.template.format(text=text),
-            "target": " " + str(row[spec.label_column]).strip(),
-            "label": -1,
-        }
+        prompt = str(_render(spec, "doc_to_text", row, where))
+        target = _render(spec, "doc_to_target", row, where)
+        if spec.output_type == "multiple_choice":
+            label = spec.label_index(target)
+            return {"prompt": prompt, "target": spec.labels[label], "label": label}
+        return {"prompt": prompt, "target": spec.target_delimiter + str(target), "label": -1}
 
     import datasets
 

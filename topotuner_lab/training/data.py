@@ -13,6 +13,7 @@ from topotuner_lab._io.errors import ParameterError
 from topotuner_lab.tasks.specs import get_task, has_validation_split, load_task
 from topotuner_lab.training.config import FinetuneConfig
 
+#: the out-of-domain task each task's forgetting is measured on; any other task (a spec file, boolq): sst2
 OOD_TASK = {"sst2": "agnews", "agnews": "sst2", "gsm8k": "sst2"}
 EVAL_SEED = 0  # which test / out-of-domain / perplexity examples are drawn: fixed, so runs are paired
 #: the config's example counts, each capped by the rows its split holds
@@ -30,6 +31,11 @@ class RunData:
     ood: Any
     general_text: list[str]
     val_source: str = "none"
+
+
+def ood_task_for(task: str) -> str:
+    """The out-of-domain task of ``task`` (a built-in name or a spec file): :data:`OOD_TASK`'s, else ``"sst2"``."""
+    return OOD_TASK.get(get_task(task).name, "sst2")
 
 
 def load_run_data(cfg: FinetuneConfig) -> RunData:
@@ -54,7 +60,7 @@ def load_run_data(cfg: FinetuneConfig) -> RunData:
         val_source = "carved from the training draw" if cfg.n_val else "none"
     # evaluation draws do not depend on the seed: every method and seed is scored on the same examples (paired)
     test = load_task(cfg.task, "test", cfg.n_test, EVAL_SEED, cfg.data_source)
-    ood_task = OOD_TASK[cfg.task]
+    ood_task = ood_task_for(cfg.task)
     ood = load_task(ood_task, "test", cfg.n_ood, EVAL_SEED, cfg.data_source)
     general = load_task("gsm8k", "test", cfg.n_ppl, EVAL_SEED, cfg.data_source)
     general_text = [p + t for p, t in zip(general["prompt"], general["target"])]
