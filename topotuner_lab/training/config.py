@@ -48,7 +48,7 @@ class FinetuneConfig(Config):
     label = "fine-tune config"
 
     method: str = opt("full", "full fine-tuning, LoRA (peft) or a profile card", choices=METHODS)
-    task: str = opt("sst2", f"task to train and test on: {', '.join(TASKS)}", check=TEXT)
+    task: str = opt("sst2", f"task to train and test on: {', '.join(TASKS)}, or a task spec .yaml", check=TEXT)
     output_dir: str = opt(
         "runs/finetune",
         "run folder: results.json, checkpoints while training",
