@@ -11,6 +11,7 @@ from topotuner_lab.profiles.apply import identity_of
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.training.config import FinetuneConfig
+from topotuner_lab.training.evaluation import PerplexityProbe
 from topotuner_lab.training.finetune import run_finetune, stop_threshold_for
 from topotuner_lab.training.trainer import lora_rank_for
 from topotuner_lab.weights.extract import extract_snapshot
@@ -208,12 +209,15 @@ def test_pretrained_scores_are_computed_once_per_model_and_rows(tiny_llama, monk
         calls.append(len(rows))
         return np.ones(len(rows), dtype=bool)
 
-    monkeypatch.setattr(ft, "perplexity", lambda *a, **k: 42.0)
+    probe = PerplexityProbe(42.0, [3.5, 4.0], [10, 20])
+    monkeypatch.setattr(ft, "perplexity_probe", lambda *a, **k: probe)
     cfg = FinetuneConfig(n_ood=3)
     data = ft.load_run_data(cfg)
     first = ft._pretrained_scores(tiny_llama, cfg, data, score_ood)
+    first["ppl_nll"].append(99.0)  # a caller changing its copy leaves the cached lists alone
     again = ft._pretrained_scores(tiny_llama, FinetuneConfig(n_ood=3, seed=5, learning_rate=0.5), data, score_ood)
-    assert first == again == {"ood_accuracy": 1.0, "perplexity": 42.0} and calls == [3]
+    assert again == {"ood_accuracy": 1.0, "perplexity": 42.0, "ppl_nll": [3.5, 4.0], "ppl_text_tokens": [10, 20]}
+    assert calls == [3]
     other_rows = FinetuneConfig(n_ood=2)
     ft._pretrained_scores(tiny_llama, other_rows, ft.load_run_data(other_rows), score_ood)
     assert calls == [3, 2]

@@ -1,4 +1,4 @@
-"""Per-epoch callbacks for the HF ``Trainer``: seconds and test accuracy per epoch, the matrices after each epoch.
+"""Per-epoch callbacks for the HF ``Trainer``: seconds and test/validation accuracy per epoch, the matrices after each.
 
 The first two log into ``state.log_history``, which checkpoints carry, so a resumed run keeps its earlier epochs;
 :class:`EpochSnapshots` writes a snapshot file per epoch into the run folder.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,9 @@ from transformers import TrainerCallback
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping, projection_matrices
 from topotuner_lab.training.evaluation import accuracy
 from topotuner_lab.weights.snapshot import Snapshot, save_snapshot
+
+#: ``score_val(model)`` -> (per validation row correctness, mean label log-loss or None for a generation task)
+ValScorer = Callable[[Any], tuple[np.ndarray, float | None]]
 
 
 def _epoch(state: Any) -> int:
@@ -39,20 +43,76 @@ class EpochClock(TrainerCallback):
 
 
 class EpochEvaluation(TrainerCallback):
-    """Test accuracy after every epoch (to see what a longer or shorter budget gives), logged like EpochClock."""
+    """Test (and validation) accuracy after every epoch, logged like EpochClock (its seconds excluded from the epoch's).
 
-    def __init__(self, score) -> None:
+    Each epoch logs one entry: ``test_accuracy``, ``test_correct`` (per test row, 0/1: accuracy at an early-stopping
+    epoch gets paired intervals against the full budget), ``val_accuracy`` and ``val_logloss`` when a validation
+    scorer is given (the log-loss only for label-likelihood tasks), and ``eval_seconds``, the evaluation's own cost.
+
+    With ``defer_final`` the epoch whose weights are the run's last (the budget spent, or the rule stopping it) is
+    not scored here: the finished run's own scoring, of the same weights, gives its entry (:func:`evaluation_entry`),
+    which saves one scoring pass per run.
+
+    Parameters
+    ----------
+    score : ``score(model)`` -> per test row, whether it is right (a boolean array).
+    score_val : ``score_val(model)`` -> (per validation row correctness, mean log-loss or None); None: no validation.
+    defer_final : leave the last epoch to the finished run's scoring.
+    """
+
+    def __init__(
+        self, score: Callable[[Any], np.ndarray], score_val: ValScorer | None = None, *, defer_final: bool = False
+    ) -> None:
         self.score = score
+        self.score_val = score_val
+        self.defer_final = defer_final
 
     def on_epoch_end(self, args, state, control, model=None, **kwargs):
-        """Log the epoch's test accuracy, then put the model back in training mode."""
-        state.log_history.append({"epoch": _epoch(state), "test_accuracy": accuracy(self.score(model))})
+        """Log the epoch's test (and validation) accuracy, then put the model back in training mode."""
+        if self.defer_final and (control.should_training_stop or state.global_step >= state.max_steps):
+            return  # training ends with these weights: the run's final scores are this epoch's
+        start = time.perf_counter()
+        correct = self.score(model)
+        val_correct, val_logloss = self.score_val(model) if self.score_val is not None else (None, None)
+        seconds = time.perf_counter() - start
+        state.log_history.append(evaluation_entry(_epoch(state), correct, val_correct, val_logloss, seconds))
         model.train()
 
 
-def per_epoch(log_history: list[dict[str, Any]], key: str) -> list[float]:
+def evaluation_entry(
+    epoch: int,
+    test_correct: np.ndarray,
+    val_correct: np.ndarray | None = None,
+    val_logloss: float | None = None,
+    seconds: float = 0.0,
+) -> dict[str, Any]:
+    """One epoch's log entry of :class:`EpochEvaluation`; the finished run makes the last epoch's (``defer_final``).
+
+    A deferred last epoch's ``eval_seconds`` is 0: the run scores its final weights anyway.
+    """
+    entry: dict[str, Any] = {
+        "epoch": epoch,
+        "test_accuracy": accuracy(test_correct),
+        "test_correct": np.asarray(test_correct).astype(int).tolist(),
+    }
+    if val_correct is not None:
+        entry["val_accuracy"] = accuracy(val_correct)
+        if val_logloss is not None:
+            entry["val_logloss"] = val_logloss
+    entry["eval_seconds"] = seconds
+    return entry
+
+
+def per_epoch(log_history: list[dict[str, Any]], key: str) -> list[Any]:
     """The values of ``key`` logged once per epoch, in epoch order."""
     return [h[key] for h in sorted((h for h in log_history if key in h), key=lambda h: h["epoch"])]
+
+
+def at_epoch(log_history: list[dict[str, Any]], key: str, epoch: int | None) -> Any:
+    """The value of ``key`` logged for ``epoch`` (the last one logged for it); None when none was, or no epoch."""
+    if epoch is None:
+        return None
+    return next((h[key] for h in reversed(log_history) if key in h and h.get("epoch") == epoch), None)
 
 
 def epoch_snapshot_path(folder: str | os.PathLike[str], epoch: int) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -91,14 +92,51 @@ def _next_token_logprobs(
     return out
 
 
+def classification_scores(
+    model: torch.nn.Module, tokenizer: Any, dataset: Any, labels: Sequence[str], **kwargs: Any
+) -> np.ndarray:
+    """The log-probabilities log p(label word | prompt), an (n_rows, n_labels) array (not normalized over labels)."""
+    if len(dataset) == 0:
+        return np.zeros((0, len(labels)))
+    return continuation_logprobs(model, tokenizer, dataset["prompt"], labels, **kwargs)
+
+
+def correct_from_scores(scores: np.ndarray, true_labels: Any) -> np.ndarray:
+    """Per row, whether the true label has the highest score (a boolean array; the first label wins a tie)."""
+    if len(scores) == 0:
+        return np.zeros(0, dtype=bool)
+    return np.asarray(scores.argmax(axis=1) == np.asarray(true_labels))
+
+
+def label_logloss(scores: np.ndarray, true_labels: Any) -> np.ndarray:
+    """Per row, -log p(true label | prompt) in nats, p normalized over the task's label words.
+
+    ``scores`` are the label words' log-probabilities (:func:`classification_scores`); the normalized probability is
+    their softmax over the label words, so the loss is ``logsumexp(row) - row[true]``: 0 for a row that puts all the
+    label words' mass on the true one, log(n_labels) for one that cannot tell them apart.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    if len(scores) == 0:
+        return np.zeros(0)
+    top = scores.max(axis=1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)  # a row of -inf scores stays -inf, not nan, below
+    logsumexp = top[:, 0] + np.log(np.exp(scores - top).sum(axis=1))
+    return np.asarray(logsumexp - scores[np.arange(len(scores)), np.asarray(true_labels, dtype=int)])
+
+
+def mean_logloss(scores: np.ndarray, true_labels: Any) -> float:
+    """Mean over rows of :func:`label_logloss`: a smooth validation criterion beside accuracy; NaN for no rows."""
+    losses = label_logloss(scores, true_labels)
+    return float(losses.mean()) if losses.size else float("nan")
+
+
 def classification_correct(
     model: torch.nn.Module, tokenizer: Any, dataset: Any, labels: Sequence[str], **kwargs: Any
 ) -> np.ndarray:
     """Per row, whether the true label word is the most likely continuation (a boolean array, for paired tests)."""
     if len(dataset) == 0:
         return np.zeros(0, dtype=bool)
-    scores = continuation_logprobs(model, tokenizer, dataset["prompt"], labels, **kwargs)
-    return scores.argmax(axis=1) == np.asarray(dataset["label"])
+    return correct_from_scores(classification_scores(model, tokenizer, dataset, labels, **kwargs), dataset["label"])
 
 
 def classification_accuracy(
@@ -148,25 +186,53 @@ def gsm8k_exact_match(model: torch.nn.Module, tokenizer: Any, dataset: Any, **kw
     return float(correct.mean()) if correct.size else 0.0
 
 
+@dataclass(frozen=True)
+class PerplexityProbe:
+    """The perplexity probe's result: the perplexity and, per text (in the texts' order), its own share of it.
+
+    ``perplexity == exp(sum(text_nll * text_tokens) / sum(text_tokens))`` up to float32 rounding: the token-weighted
+    mean of the per-text NLLs (the perplexity itself is summed batch by batch, exactly as :func:`perplexity` does).
+    """
+
+    perplexity: float
+    #: mean token negative log-likelihood (nats) of each text; NaN for a text of one token (nothing predicted)
+    text_nll: list[float]
+    #: tokens predicted in each text (its tokens after truncation to ``max_length``, less the first)
+    text_tokens: list[int]
+
+
 @torch.no_grad()
-def perplexity(
+def perplexity_probe(
     model: torch.nn.Module, tokenizer: Any, texts: Sequence[str], *, max_length: int = 128, batch_size: int = 8
-) -> float:
-    """exp(mean token negative log-likelihood) over ``texts``: the forgetting probe on general text."""
+) -> PerplexityProbe:
+    """exp(mean token negative log-likelihood) over ``texts``, with each text's mean token NLL (for paired tests)."""
     model.eval()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     total_nll, total_tokens = 0.0, 0
+    text_nll: list[float] = []
+    text_tokens: list[int] = []
     encoded = [tokenizer(t, add_special_tokens=True).input_ids[:max_length] for t in texts]
     for start in range(0, len(encoded), batch_size):
         ids, mask = _pad(encoded[start : start + batch_size], pad)
         labels = ids.masked_fill(mask == 0, -100)
         logits = model(input_ids=ids, attention_mask=mask).logits.float()
-        loss = torch.nn.functional.cross_entropy(
-            logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100, reduction="sum"
-        )
+        flat_logits, flat_labels = logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1)
+        loss = torch.nn.functional.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum")
         total_nll += float(loss)
         total_tokens += int((labels[:, 1:] != -100).sum())
-    return math.exp(total_nll / max(1, total_tokens))
+        per_token = torch.nn.functional.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="none")
+        per_row = per_token.view(ids.size(0), ids.size(1) - 1).double().sum(dim=1)  # ignored: 0
+        counts = (labels[:, 1:] != -100).sum(dim=1)
+        text_tokens.extend(int(c) for c in counts)
+        text_nll.extend(float(s) / int(c) if int(c) else float("nan") for s, c in zip(per_row, counts))
+    return PerplexityProbe(math.exp(total_nll / max(1, total_tokens)), text_nll, text_tokens)
+
+
+def perplexity(
+    model: torch.nn.Module, tokenizer: Any, texts: Sequence[str], *, max_length: int = 128, batch_size: int = 8
+) -> float:
+    """exp(mean token negative log-likelihood) over ``texts``: the forgetting probe on general text."""
+    return perplexity_probe(model, tokenizer, texts, max_length=max_length, batch_size=batch_size).perplexity
 
 
 def accuracy(correct: Any) -> float:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
 import torch
 from transformers import TrainerCallback
 
@@ -27,7 +28,15 @@ from topotuner_lab.training.callbacks import EpochClock, EpochEvaluation, EpochS
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import RunData, capped_counts, load_run_data, used_counts
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
-from topotuner_lab.training.evaluation import accuracy, classification_correct, gsm8k_correct, perplexity
+from topotuner_lab.training.evaluation import (
+    accuracy,
+    classification_correct,
+    classification_scores,
+    correct_from_scores,
+    gsm8k_correct,
+    mean_logloss,
+    perplexity_probe,
+)
 from topotuner_lab.training.memory import PeakMemory
 from topotuner_lab.training.results import RunResults, collect_results, write_results
 from topotuner_lab.training.trainer import build_trainer, last_checkpoint, prepare_model, resolve_lora_rank
@@ -48,6 +57,33 @@ def _scorer(task: str, tokenizer: Any, max_length: int):
     return lambda model, ds: gsm8k_correct(model, tokenizer, ds, max_length=max_length)
 
 
+def _val_scorer(task: str, tokenizer: Any, max_length: int):
+    """``score(model, dataset)`` -> (per-example correctness, mean label log-loss); the log-loss is None for GSM8K.
+
+    One scoring pass gives both: the correctness is :func:`classification_correct`'s (the same argmax of the same
+    scores), the log-loss is :func:`mean_logloss` of those scores (normalized over the task's label words).
+    """
+    spec = get_task(task)
+    if spec.kind != "classification":
+        correct = _scorer(task, tokenizer, max_length)
+        return lambda model, ds: (correct(model, ds), None)
+
+    def score(model: Any, ds: Any) -> tuple[np.ndarray, float | None]:
+        scores = classification_scores(model, tokenizer, ds, spec.labels, max_length=max_length)
+        return correct_from_scores(scores, ds["label"]), mean_logloss(scores, ds["label"]) if len(ds) else None
+
+    return score
+
+
+def evaluates_each_epoch(cfg: FinetuneConfig, threshold: float | None) -> bool:
+    """Whether the run scores test (and validation) rows after every epoch.
+
+    When asked (``eval_each_epoch``), and whenever early stopping observes without stopping (a threshold and
+    ``observe_only``): the accuracy at the epoch the rule fired is then read from the epoch's own scores.
+    """
+    return cfg.eval_each_epoch or (threshold is not None and cfg.observe_only)
+
+
 def stop_threshold_for(cfg: FinetuneConfig, card: ProfileCard | None) -> float | None:
     """The early-stopping threshold to use: the config's number, or the card's when it says "card"."""
     if not isinstance(cfg.stop_threshold, str):  # a number or None; "card" is the only text the config accepts
@@ -61,7 +97,7 @@ def stop_threshold_for(cfg: FinetuneConfig, card: ProfileCard | None) -> float |
 
 
 def _callbacks(
-    cfg: FinetuneConfig, card: ProfileCard | None, score: Any, test: Any
+    cfg: FinetuneConfig, card: ProfileCard | None, score: Any, data: RunData, score_val: Any = None
 ) -> tuple[list[TrainerCallback], float | None]:
     callbacks: list[TrainerCallback] = [EpochClock()]
     threshold = stop_threshold_for(cfg, card)
@@ -71,8 +107,15 @@ def _callbacks(
             assert card is not None, "FinetuneConfig.check: method 'profile' needs a card"
             pids = card.trainable
         callbacks.append(TopologicalEarlyStopping(threshold, pids=pids, observe_only=cfg.observe_only))
-    if cfg.eval_each_epoch:
-        callbacks.append(EpochEvaluation(lambda m: score(m, test)))
+    if evaluates_each_epoch(cfg, threshold):
+        val = data.val if data.val is not None and len(data.val) else None
+        callbacks.append(
+            EpochEvaluation(
+                lambda m: score(m, data.test),
+                (lambda m: score_val(m, val)) if val is not None and score_val is not None else None,
+                defer_final=True,  # the last epoch's weights are the run's final ones, scored once after training
+            )
+        )
     return callbacks, threshold
 
 
@@ -151,13 +194,13 @@ def _tidy_checkpoints(out: Path) -> None:
 
 
 #: the pretrained model's out-of-domain accuracy and perplexity, per model object and evaluation rows
-_PRETRAINED_SCORES: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[Any, ...], dict[str, float]]] = (
+_PRETRAINED_SCORES: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[Any, ...], dict[str, Any]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _pretrained_scores(loaded: LoadedModel, cfg: FinetuneConfig, data: RunData, score_ood: Any) -> dict[str, float]:
-    """Forgetting's reference point: the pretrained model's out-of-domain accuracy and perplexity.
+def _pretrained_scores(loaded: LoadedModel, cfg: FinetuneConfig, data: RunData, score_ood: Any) -> dict[str, Any]:
+    """Forgetting's reference point: the pretrained model's out-of-domain accuracy, perplexity and per-text NLL.
 
     The evaluation rows are fixed (``EVAL_SEED``) and ``loaded`` is never changed, so every run of a comparison
     shares it: computed once per process, not once per fine-tune.
@@ -165,11 +208,14 @@ def _pretrained_scores(loaded: LoadedModel, cfg: FinetuneConfig, data: RunData, 
     key = (data.ood_task, cfg.n_ood, cfg.n_ppl, cfg.max_length, cfg.data_source)
     per_model = _PRETRAINED_SCORES.setdefault(loaded.model, {})
     if key not in per_model:
+        probe = perplexity_probe(loaded.model, loaded.tokenizer, data.general_text, max_length=cfg.max_length)
         per_model[key] = {
             "ood_accuracy": accuracy(score_ood(loaded.model, data.ood)),
-            "perplexity": perplexity(loaded.model, loaded.tokenizer, data.general_text, max_length=cfg.max_length),
+            "perplexity": probe.perplexity,
+            "ppl_nll": probe.text_nll,
+            "ppl_text_tokens": probe.text_tokens,
         }
-    return dict(per_model[key])
+    return {name: list(value) if isinstance(value, list) else value for name, value in per_model[key].items()}
 
 
 def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
@@ -188,9 +234,10 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
     Returns
     -------
     The results dict written to ``results.json``: accuracies (train, validation, test and per-example
-    ``test_correct``), forgetting (out-of-domain accuracy and perplexity before/after), trainable parameters and
-    fraction, seconds per epoch, memory (resident peak, its increase, CUDA peak), the early-stopping record, the
-    config and seeds.
+    ``test_correct``), validation log-loss, forgetting (out-of-domain accuracy and perplexity before/after, with
+    each text's NLL), trainable parameters and fraction, seconds per epoch, memory (resident peak, its increase,
+    CUDA peak), the early-stopping record (with per-epoch test and validation accuracy when the rule observes),
+    the config and seeds; :class:`RunResults` lists every field.
     """
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -212,9 +259,10 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
             stacklevel=2,
         )
     score, score_ood = _scorer(cfg.task, tokenizer, cfg.max_length), _scorer(data.ood_task, tokenizer, cfg.max_length)
+    score_val = _val_scorer(cfg.task, tokenizer, cfg.max_length)
     before = _pretrained_scores(loaded, cfg, data, score_ood)
     model, info = prepare_model(loaded, cfg, card)
-    callbacks, threshold = _callbacks(cfg, card, score, data.test)
+    callbacks, threshold = _callbacks(cfg, card, score, data, score_val)
     if cfg.save_epoch_snapshots:  # after the early-stopping callback, whose copy of the matrices it reuses
         callbacks.append(_epoch_snapshots(loaded, cfg, callbacks))
     trainer = build_trainer(model, tokenizer, cfg, data, callbacks)
@@ -222,7 +270,7 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
     with peer_loss_reported():
         with PeakMemory() as memory:
             trainer.train(resume_from_checkpoint=resume)
-        results = collect_results(trainer, cfg, loaded, data, score, score_ood, before)
+        results = collect_results(trainer, cfg, loaded, data, score, score_ood, before, score_val=score_val)
     results.update(info)  # type: ignore[typeddict-item]
     results["requested_counts"] = capped
     results["resumed_from"] = resume

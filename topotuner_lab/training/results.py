@@ -17,17 +17,33 @@ from transformers import Trainer
 
 from topotuner_lab._io import atomic
 from topotuner_lab._io.errors import InputFileError
-from topotuner_lab.training.callbacks import per_epoch
+from topotuner_lab.training.callbacks import EpochEvaluation, at_epoch, evaluation_entry, per_epoch
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import RunData
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
-from topotuner_lab.training.evaluation import accuracy, perplexity
+from topotuner_lab.training.evaluation import accuracy, perplexity_probe
 from topotuner_lab.weights.models import LoadedModel
 from topotuner_lab.weights.projections import count_parameters
 
 
 class RunResults(TypedDict, total=False):
-    """The fields of ``results.json``: accuracies (per example too), forgetting, cost, early stopping, provenance."""
+    """The fields of ``results.json``: accuracies (per example too), forgetting, cost, early stopping, provenance.
+
+    Fields added later (issue 19) are absent from older files, which still load: read them with ``.get``.
+
+    - ``val_logloss``: mean over validation rows of -log p(true label | prompt) in nats, p normalized over the
+      task's label words (the scores accuracy takes the argmax of); None without validation rows or for GSM8K.
+    - ``epoch_val_accuracy``, ``epoch_val_logloss``: after each epoch, like ``epoch_test_accuracy`` (filled when
+      the run evaluates each epoch: ``eval_each_epoch``, or a stopping threshold in observe mode; else empty).
+    - ``epoch_eval_seconds``: that per-epoch evaluation's own seconds (not in ``epoch_seconds``).
+    - ``stop_epoch_test_correct``: per test row (``test_correct``'s order), 1 if it was right after the epoch the
+      stopping rule fired (its mean is ``epoch_test_accuracy[stop_epoch - 1]``); None when the rule never fired or
+      that epoch was not evaluated.
+    - ``ppl_nll_before``, ``ppl_nll_after``: per perplexity text (same order), its mean token NLL in nats, before and
+      after fine-tuning (NaN for a text with no token to predict); ``ppl_text_tokens``: the tokens each text's mean
+      is over. ``perplexity_before`` equals exp(sum(ppl_nll_before * ppl_text_tokens) / sum(ppl_text_tokens)), NaN
+      texts left out, up to float32 rounding (likewise after): weight per-text values by their tokens.
+    """
 
     config: dict[str, Any]
     model: dict[str, Any]
@@ -45,16 +61,24 @@ class RunResults(TypedDict, total=False):
     seconds_per_epoch: float
     train_accuracy: float
     val_accuracy: float | None
+    val_logloss: float | None
     val_source: str
     test_accuracy: float
     test_correct: list[int]
     epoch_test_accuracy: list[float]
+    epoch_val_accuracy: list[float]
+    epoch_val_logloss: list[float]
+    epoch_eval_seconds: list[float]
+    stop_epoch_test_correct: list[int] | None
     ood_task: str
     ood_accuracy_before: float
     ood_accuracy_after: float
     ood_correct_after: list[int]
     perplexity_before: float
     perplexity_after: float
+    ppl_nll_before: list[float]
+    ppl_nll_after: list[float]
+    ppl_text_tokens: list[int]
     seeds: dict[str, int]
     train_test_gap: float
     forgetting_ood: float
@@ -82,9 +106,14 @@ def collect_results(
     data: RunData,
     score: Any,
     score_ood: Any,
-    before: dict[str, float],
+    before: dict[str, Any],
+    score_val: Any = None,
 ) -> RunResults:
-    """Accuracy (train, validation, test), forgetting, time and the early-stopping record of a finished run."""
+    """Accuracy (train, validation, test), forgetting, time and the early-stopping record of a finished run.
+
+    ``score_val(model, rows)`` -> (per-row correctness, mean log-loss or None) scores the validation rows; without
+    it they get ``score`` and no log-loss.
+    """
     model, tokenizer = trainer.model, loaded.tokenizer
     assert model is not None  # a Trainer is built with its model
     model.eval()
@@ -92,6 +121,16 @@ def collect_results(
     epoch_seconds = per_epoch(history, "epoch_seconds")
     test_correct, ood_correct = score(model, data.test), score_ood(model, data.ood)
     stopper = next((c for c in trainer.callback_handler.callbacks if isinstance(c, TopologicalEarlyStopping)), None)
+    stop_epoch = stopper.stop_epoch if stopper else None
+    val_correct, val_logloss = None, None
+    if data.val is not None:
+        val_correct, val_logloss = score_val(model, data.val) if score_val else (score(model, data.val), None)
+    evaluation = next((c for c in trainer.callback_handler.callbacks if isinstance(c, EpochEvaluation)), None)
+    last = int(round(trainer.state.epoch or 0))
+    if evaluation is not None and evaluation.defer_final and last and at_epoch(history, "test_accuracy", last) is None:
+        history = [*history, evaluation_entry(last, test_correct, val_correct, val_logloss)]  # the last epoch's
+    stop_correct = at_epoch(history, "test_correct", stop_epoch)
+    probe = perplexity_probe(model, tokenizer, data.general_text, max_length=cfg.max_length)
     total = count_parameters(loaded.model)
     trainable = count_parameters(model, trainable_only=True)
     results: RunResults = {
@@ -103,24 +142,32 @@ def collect_results(
         "trainable_params": trainable,
         "trainable_fraction": trainable / total,
         "epochs_run": len(epoch_seconds),
-        "stop_epoch": stopper.stop_epoch if stopper else None,
+        "stop_epoch": stop_epoch,
         "drift_history": stopper.history if stopper else [],
         "log_history": [h for h in history if "loss" in h],
         "epoch_seconds": epoch_seconds,
         "train_seconds": sum(epoch_seconds),
         "seconds_per_epoch": sum(epoch_seconds) / max(1, len(epoch_seconds)),
         "train_accuracy": accuracy(score(model, data.train.select(range(min(len(data.train), cfg.n_test))))),
-        "val_accuracy": accuracy(score(model, data.val)) if data.val is not None else None,
+        "val_accuracy": accuracy(val_correct) if val_correct is not None else None,
+        "val_logloss": val_logloss,
         "val_source": data.val_source,
         "test_accuracy": accuracy(test_correct),
         "test_correct": test_correct.astype(int).tolist(),  # per test example, for paired bootstrap intervals
         "epoch_test_accuracy": per_epoch(history, "test_accuracy"),
+        "epoch_val_accuracy": per_epoch(history, "val_accuracy"),
+        "epoch_val_logloss": per_epoch(history, "val_logloss"),
+        "epoch_eval_seconds": per_epoch(history, "eval_seconds"),
+        "stop_epoch_test_correct": list(stop_correct) if stop_correct is not None else None,
         "ood_task": data.ood_task,
         "ood_accuracy_before": before["ood_accuracy"],
         "ood_accuracy_after": accuracy(ood_correct),
         "ood_correct_after": ood_correct.astype(int).tolist(),
         "perplexity_before": before["perplexity"],
-        "perplexity_after": perplexity(model, tokenizer, data.general_text, max_length=cfg.max_length),
+        "perplexity_after": probe.perplexity,
+        "ppl_nll_before": list(before.get("ppl_nll", [])),
+        "ppl_nll_after": probe.text_nll,
+        "ppl_text_tokens": probe.text_tokens,
         "seeds": {"train": cfg.seed, "data": cfg.data_seed},
     }
     results["train_test_gap"] = results["train_accuracy"] - results["test_accuracy"]
