@@ -162,3 +162,31 @@ def test_report_flags_a_rate_chosen_at_the_edge_of_its_grid():
     assert "**Chosen at the edge of its grid**: lora@0.01 (0.003)." in text  # full's 3e-05 is inside its grid
     inside = pd.DataFrame([r for r in rows if r["run"] == "full"])
     assert "edge of its grid" not in lr_section(inside)
+
+
+def test_forgetting_by_text_nll_and_accuracy_at_the_stop_epoch_are_paired_claims():
+    rng = np.random.default_rng(3)
+    full = (rng.random(400) < 0.8).astype(int)
+    results, correct = _results(full, full, full, full)
+    before = rng.normal(2.0, 0.3, 50)
+    extra = {}
+    for run_dir in results["run_dir"]:
+        is_full = run_dir.startswith("full")
+        extra[(run_dir, "ppl_nll_before")] = list(before)
+        extra[(run_dir, "ppl_nll_after")] = list(before + (0.5 if is_full else 0.05) + rng.normal(0, 0.02, 50))
+        stopped = full.copy()
+        stopped[:100] = 0  # the stop epoch is 25 points worse than the full budget
+        extra[(run_dir, "stop_epoch_test_correct")] = list(stopped) if "high-drift" in run_dir else None
+
+    def more(run_dir, key):
+        return extra[(run_dir, key)] if (run_dir, key) in extra else correct(run_dir, key)
+
+    claims = claim_results(results, more)
+    (nll,) = [c for c in claims if c.claim == "less forgetting than full FT (held-out text NLL)"]
+    assert nll.verdict == HELD and nll.estimate == pytest.approx(-0.45, abs=0.02)  # the card's texts rise less
+    stops = {c.measure.split(":")[1]: c for c in claims if c.claim == "early stopping keeps the accuracy"}
+    lost = -full[:100].sum() / 400  # the correct answers among the first 100 are lost at the stop epoch
+    assert stops["high-drift@0.01"].verdict == NOT_HELD and stops["high-drift@0.01"].estimate == pytest.approx(lost)
+    assert stops["random@0.01"].estimate == 0  # never stopped: the full budget on both sides
+    # results of a version without per-text values: no claim, no error
+    assert not [c for c in claim_results(results, correct) if "NLL" in c.claim]

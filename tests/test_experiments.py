@@ -52,7 +52,7 @@ def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
     assert not noise.exists() and "## Is the drift profile model-dependent?" in (out / "AGAIN.md").read_text()
     # a rerun resumes: every run is skipped, the table is the same
     assert main(["reproduce", "--preset", "tiny", "-o", str(out)]) == 0
-    assert capsys.readouterr().out.count("skip (done)") == 26 + 2  # every run and both prior fine-tunes
+    assert capsys.readouterr().out.count("skip (done)") == 26 + 2 + 1  # runs, priors, transfer check
     pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), results)
     # a folder from the earlier protocol is refused with a clear message, not a KeyError
     from topotuner_lab._io.errors import InputFileError
@@ -247,7 +247,7 @@ def test_run_study_extends_a_sweep_that_ends_on_an_edge(tmp_path, monkeypatch):
 
     def fake(loaded, cfg, log):
         res = real(loaded, cfg, log)
-        return {**res, "val_accuracy": 1 - cfg.learning_rate}  # smaller is better, always
+        return {**res, "val_accuracy": 1 - cfg.learning_rate, "val_logloss": cfg.learning_rate}  # smaller is better
 
     monkeypatch.setattr(protocol, "finetune_once", fake)
     preset = replace(
@@ -287,3 +287,26 @@ def test_the_random_control_is_stratified_and_drawn_per_seed(tmp_path):
     runs = [s for s in plan(preset) if s.key.strategy == "random"]
     used = {s.seed: config_for(preset, s, cards, 1e-3, tmp_path / "r").profile for s in runs}
     assert used == {s: str(tmp_path / "cards" / f"sst2-random-seed{s}-0.05.json") for s in preset.seeds}
+
+
+@pytest.mark.slow
+def test_a_drift_only_study_reports_model_dependence_and_stability(tmp_path):
+    from dataclasses import replace
+
+    from topotuner_lab.study.presets import PRESETS
+    from topotuner_lab.study.protocol import run_study
+
+    preset = replace(
+        PRESETS["tiny"],
+        target_tasks=(),
+        strategies=("high-drift",),
+        constant_lr=(),
+        prior_seeds=(0, 1, 2),
+        transfer_rows=0,
+    )
+    results = run_study(preset, tmp_path / "m", log=lambda _: None)
+    assert results.empty and {"run", "recipe", "selected"} <= set(results.columns)
+    report = write_report(tmp_path / "m", tmp_path / "m" / "R.md", "test").read_text()
+    assert "- Drift only: tiny-llama and tiny-qwen2" in report and "## Learning rates" not in report
+    assert report.count("a card's picks hold across prior runs") >= 2  # one line per model
+    assert "which kinds drift depends on the model family" in report and "(prior seeds: 3 and 3)" in report

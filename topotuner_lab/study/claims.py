@@ -10,7 +10,7 @@ mean *validation* accuracy is taken, so the test set never picks a winner.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -100,7 +100,9 @@ def _result(
 def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]]) -> list[ClaimResult]:
     """Every claim for every (prior, target) setting of ``results``.
 
-    ``correct(run_dir, key)`` returns a run's per-example correctness list (``test_correct`` or ``ood_correct_after``).
+    ``correct(run_dir, key)`` returns a run's per-example list under ``key`` of its ``results.json``
+    (``test_correct``, ``ood_correct_after``, ``stop_epoch_test_correct``, ``ppl_nll_before``...); a key the run
+    did not record raises ``KeyError``.
     """
     runs = runs_at_chosen_rate(results)
     claims: list[ClaimResult] = []
@@ -150,6 +152,9 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
                     )
                 )
         claims += _selector_claims(group, setting, paired) + _thesis_claims(group, setting, paired)
+        if best and has_full:
+            claims += _forgetting_nll_claim(group, setting, best, correct)
+        claims += _stop_accuracy_claims(group, setting, correct)
         control = _best_by_validation(group, CONTROLS)
         if best and control:
             claims.append(
@@ -163,6 +168,76 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
             )
     claims += _speed_claims(runs) + _stopping_claims(results)
     return claims
+
+
+def _per_seed(group: pd.DataFrame, name: str, read: Callable[[str], Sequence[float]]) -> dict[int, Sequence[float]]:
+    """``read(run_dir)`` for each seed's run of arm ``name``."""
+    rows = group[group["run"] == name]
+    return {int(seed): read(str(run_dir)) for seed, run_dir in zip(rows["seed"], rows["run_dir"])}
+
+
+def _forgetting_nll_claim(
+    group: pd.DataFrame, setting: str, card: str, correct: Callable[[str, str], list[int]]
+) -> list[ClaimResult]:
+    """Forgetting as the rise of each held-out text's NLL (after - before), the card against full FT, paired.
+
+    Each text counts once (the per-text mean token NLL); runs recorded before the per-text values existed give no
+    claim.
+    """
+
+    def rise(run_dir: str) -> list[float]:
+        return list(np.asarray(correct(run_dir, "ppl_nll_after")) - np.asarray(correct(run_dir, "ppl_nll_before")))
+
+    try:
+        a, b = _per_seed(group, card, rise), _per_seed(group, "full", rise)
+    except KeyError:
+        return []
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        return []
+    x, y = np.array([a[s] for s in seeds]), np.array([b[s] for s in seeds])
+    keep = np.isfinite(x).all(axis=0) & np.isfinite(y).all(axis=0)  # one-token texts have no mean NLL
+    return [
+        _result(
+            "less forgetting than full FT (held-out text NLL)",
+            setting,
+            f"{card} - full (rise of each held-out text's mean NLL, nats)",
+            two_way_bootstrap(x[:, keep], y[:, keep]),
+            0.0,
+            higher_is_better=False,
+        )
+    ]
+
+
+def _stop_accuracy_claims(
+    group: pd.DataFrame, setting: str, correct: Callable[[str, str], list[int]]
+) -> list[ClaimResult]:
+    """Accuracy at the stop epoch against the same runs' full budget, per card arm (non-inferiority, paired).
+
+    A run whose rule never fired counts at its full budget (a difference of 0).
+    """
+    out = []
+    for name in sorted(set(group.loc[group["method"] == "profile", "run"])):
+
+        def at_stop(run_dir: str) -> list[int]:
+            stopped = correct(run_dir, "stop_epoch_test_correct")
+            return list(stopped) if stopped else correct(run_dir, "test_correct")
+
+        try:
+            stop, full = _per_seed(group, name, at_stop), _per_seed(group, name, lambda d: correct(d, "test_correct"))
+        except KeyError:
+            continue
+        seeds = sorted(stop)
+        out.append(
+            _result(
+                "early stopping keeps the accuracy",
+                setting,
+                f"{name}: accuracy at the stop epoch - after the full budget",
+                two_way_bootstrap([stop[s] for s in seeds], [full[s] for s in seeds]),
+                -COMPETITIVE_MARGIN,
+            )
+        )
+    return out
 
 
 def _thesis_claims(

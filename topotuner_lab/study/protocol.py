@@ -285,7 +285,13 @@ def config_for(preset: Preset, spec: RunSpec, cards: Cards, lr: float, run_dir: 
 
 
 def _select(sweep: list[tuple[float, RunResults]]) -> float:
-    """The rate with the best validation accuracy (the smaller rate on a tie)."""
+    """The rate with the lowest validation log-loss (a smooth criterion), or the best validation accuracy.
+
+    Log-loss is used when every run of the sweep records it (label-likelihood tasks, results of this version); ties
+    go to the smaller rate.
+    """
+    if all(res.get("val_logloss") is not None for _, res in sweep):
+        return min(sweep, key=lambda item: (item[1]["val_logloss"], item[0]))[0]
     return max(sweep, key=lambda item: (item[1]["val_accuracy"], -item[0]))[0]
 
 
@@ -539,6 +545,7 @@ def summary_row(spec: RunSpec, res: RunResults, selected: bool, run_dir: Path) -
         "schedule": res.get("config", {}).get("lr_scheduler"),
         "selected": selected,
         "val_acc": res.get("val_accuracy"),
+        "val_logloss": res.get("val_logloss"),
         "test_acc": res["test_accuracy"],
         "train_acc": res["train_accuracy"],
         "gap": res["train_test_gap"],

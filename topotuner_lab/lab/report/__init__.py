@@ -25,10 +25,9 @@ def render(study: StudyInputs, figures: dict[tuple[str, str], str], command: str
         sections.claims_section(study.claims),
         sections.transfer_section(study.transfer_checks),
         sections.seed_picks_section(study.seed_picks, preset.strategies[0], preset.budgets[0]),
-        sections.lr_section(results),
-        sections.spread_section(results),
-        sections.stopping_section(results),
     ]
+    if len(results):  # a drift-only comparison (no target task) has no fine-tunes to show
+        parts += [sections.lr_section(results), sections.spread_section(results), sections.stopping_section(results)]
     kinds = {}
     for index, model in enumerate(study.models):
         for prior, table in model.tables.items():
@@ -45,7 +44,8 @@ def render(study: StudyInputs, figures: dict[tuple[str, str], str], command: str
                 parts.append(sections.normalization_section(table, identity, model.noise, preset, prior))
     if len({name for name, _ in kinds}) > 1:
         parts.append(sections.model_family_section(kinds))
-    parts.append(sections.all_runs_section(results))
+    if len(results):
+        parts.append(sections.all_runs_section(results))
     return "".join(parts)
 
 

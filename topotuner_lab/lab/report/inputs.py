@@ -124,7 +124,7 @@ def load_study(out_dir: str | Path) -> StudyInputs:
         preset,
         planned or len(results),
         machine or "machine not recorded",
-        claim_results(results, correct) + drift_claims(models, preset),
+        (claim_results(results, correct) if len(results) else []) + drift_claims(models, preset),
         models,
         (len(correct(str(results["run_dir"].iloc[0]), "test_correct")) or None) if len(results) else None,
         _transfer_records(out),

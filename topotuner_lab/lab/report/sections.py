@@ -108,14 +108,27 @@ def setup_section(preset: Preset, runs: int, planned: int, results: pd.DataFrame
     """
     prior, target = preset.prior, preset.target
     grids = "; ".join(f"{fam} {', '.join(f'{lr:g}' for lr in lrs)}" for fam, lrs in preset.lr_grid.items())
+    prior_line = (
+        f"Prior fine-tune: full FT, {prior.n_train} examples x {prior.epochs} epoch(s), lr "
+        f"{prior.learning_rate or 'default'}, prior seeds {', '.join(map(str, preset.prior_seeds))}; drift recipes "
+        f"{', '.join(preset.recipes)}."
+    )
+    if not preset.target_tasks:
+        lines = [
+            f"Drift only: {preset.model or 'embedded SmolLM2-135M-Instruct'} and {', '.join(preset.other_models)}, "
+            f"each fine-tuned on {', '.join(preset.prior_tasks)}; no transfer, no target fine-tunes.",
+            prior_line,
+            f"Cards compared: {preset.strategies[0]} at {100 * preset.budgets[0]:g}% of all parameters, ranked by "
+            f"`{preset.metric}` with `{preset.normalization}` normalization, one per prior seed.",
+        ]
+        return "\n## Setup\n\n" + "".join(f"- {line}\n" for line in lines)
     lines = [
         f"Model: {preset.model or 'embedded SmolLM2-135M-Instruct'}; priors {', '.join(preset.prior_tasks)}, "
         "each card transferred to the other "
         f"task(s) of {', '.join(preset.target_tasks)}; seeds {preset.seeds} (each sets the training seed and "
         "which training rows are drawn; "
         "the test rows are the same for every seed and method, so comparisons are paired).",
-        f"Prior fine-tune: full FT, {prior.n_train} examples x {prior.epochs} epoch(s), lr "
-        f"{prior.learning_rate or 'default'}.",
+        prior_line,
         f"Targets: {target.n_train} training, {target.n_val} validation (carved from the training split), "
         f"{test_rows if test_rows is not None else target.n_test} test examples"
         + (
@@ -127,8 +140,14 @@ def setup_section(preset: Preset, runs: int, planned: int, results: pd.DataFrame
         f"{target.epochs} epochs, batch {target.batch_size}, {target.max_length} tokens, linear "
         "learning-rate decay.",
         f"Learning rates: each method (full FT, LoRA, each card strategy at each budget) swept over {grids} on the "
-        "first seed, the rate with the best "
-        "validation accuracy kept for the other seeds; the chosen rates are in the learning-rate section.",
+        "first seed"
+        + (
+            f", extended past an edge by up to {preset.lr_extend} rates while the best lies on it"
+            if preset.lr_extend
+            else ""
+        )
+        + ", the rate with the lowest validation log-loss (the best validation accuracy where a run recorded no "
+        "log-loss) kept for the other seeds; the chosen rates are in the learning-rate section.",
         f"Cards: {', '.join(preset.strategies)} ranked by `{preset.metric}` with `{preset.normalization}` "
         "normalization (see the normalization "
         f"section), at budgets {', '.join(f'{100 * b:g}%' for b in preset.budgets)} of all parameters; LoRA on "
