@@ -289,3 +289,11 @@ def test_selector_agreement_on_the_series_table(tiny_snapshot, tiny_llama, tmp_p
     assert sentence.startswith("Topology (high-drift by h0_w1) agrees most with")
     fig = plots.rank_agreement_heatmap(matrix)
     np.testing.assert_allclose(np.asarray(fig.data[0].z, dtype=float), matrix.to_numpy())
+
+
+def test_save_figure_keeps_dots_in_a_stem(tmp_path, table):
+    """A model name with a dot (qwen2.5-coder-0.5b) must not lose the rest of the stem to a 'suffix'."""
+    files = plots.save_figure(
+        plots.drift_heatmaps(table, ["h0_w1"]), tmp_path / "drift_qwen2.5-coder-0.5b_agnews", png=False
+    )
+    assert files == [tmp_path / "drift_qwen2.5-coder-0.5b_agnews.html"] and files[0].is_file()

@@ -471,12 +471,13 @@ def save_figure(fig: go.Figure, stem: str | os.PathLike[str], png: bool = True) 
     offline). Returns the files written. Without Chromium the PNG is not written and a warning says why.
     """
     stem = Path(stem)
+    html, png_path = stem.with_name(stem.name + ".html"), stem.with_name(stem.name + ".png")  # dots in names stay
     written = []
     stem.parent.mkdir(parents=True, exist_ok=True)
     _plotly_js_beside(stem.parent)
-    with atomic_path(stem.with_suffix(".html")) as tmp:
+    with atomic_path(html) as tmp:
         fig.write_html(tmp, include_plotlyjs="directory", full_html=True)
-    written.append(stem.with_suffix(".html"))
+    written.append(html)
     if png:
         browser = chromium_path()
         if browser is None:
@@ -486,7 +487,7 @@ def save_figure(fig: go.Figure, stem: str | os.PathLike[str], png: bool = True) 
             )
         else:
             os.environ.setdefault("BROWSER_PATH", browser)
-            with atomic_path(stem.with_suffix(".png")) as tmp:
+            with atomic_path(png_path) as tmp:
                 _write_png(fig, tmp)
-            written.append(stem.with_suffix(".png"))
+            written.append(png_path)
     return written
