@@ -54,7 +54,9 @@ def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
     study, target = load_study(out_dir), Path(target)
     figures = {}
     for index, model in enumerate(study.models):
-        for prior, path in export_drift_figures(model, index == 0, target.parent / "figures").items():
+        for prior, path in export_drift_figures(
+            model, index == 0, target.parent / "figures", target.stem.lower()
+        ).items():
             figures[(model.name, prior)] = path
     atomic.write_text(target, render(study, figures, command, f"{datetime.now(timezone.utc):%Y-%m-%d}"))
     return target

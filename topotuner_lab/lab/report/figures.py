@@ -10,17 +10,21 @@ from topotuner_lab.lab.report.inputs import ModelDrift
 HEATMAP_COLUMNS = ["h0_w1", "h1_w1", "rel_frobenius"]
 
 
-def drift_figure_stem(model: ModelDrift, main: bool, prior: str) -> str:
-    """The file stem of one model's drift heatmaps after one prior fine-tune."""
+def drift_figure_stem(model: ModelDrift, main: bool, prior: str, report: str = "results") -> str:
+    """The file stem of one model's drift heatmaps after one prior fine-tune, for the report named ``report``."""
     tag = "" if main else f"{model.work.root.name}_"
-    return f"results_drift_{tag}{prior}"
+    return f"{report}_drift_{tag}{prior}"
 
 
-def export_drift_figures(model: ModelDrift, main: bool, folder: Path) -> dict[str, str]:
-    """Write the drift heatmaps of each prior into ``folder``; prior -> the PNG path relative to the report."""
+def export_drift_figures(model: ModelDrift, main: bool, folder: Path, report: str = "results") -> dict[str, str]:
+    """Write the drift heatmaps of each prior into ``folder``; prior -> the PNG path relative to the report.
+
+    ``report`` (the report file's stem, lower case) prefixes the files, so reports sharing a figures folder
+    (``RESULTS.md``, ``RESULTS-models.md``) never overwrite each other's figures.
+    """
     paths = {}
     for prior, table in model.tables.items():
-        stem = drift_figure_stem(model, main, prior)
+        stem = drift_figure_stem(model, main, prior, report)
         title = f"{model.name}: drift after the {prior} prior fine-tune"
         save_figure(drift_heatmaps(table, HEATMAP_COLUMNS, title=title), folder / stem)
         paths[prior] = f"{folder.name}/{stem}.png"
