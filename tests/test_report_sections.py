@@ -132,7 +132,9 @@ def test_setup_reports_the_presets_sizes_grids_and_arms():
         "Model: tiny-llama; priors sst2, each card transferred to the other task(s) of agnews, gsm8k"
     )
     assert "seeds (0, 1)" in model
-    assert prior == "Prior fine-tune: full FT, 32 examples x 3 epoch(s), lr 0.0002, prior seeds 0; drift recipes default."
+    assert prior == (
+        "Prior fine-tune: full FT, 32 examples x 3 epoch(s), lr 0.0002, prior seeds 0; drift recipes default."
+    )
     assert targets.startswith("Targets: 24 training, 8 validation (carved from the training split), 40 test examples;")
     assert "5 epochs, batch 4, 40 tokens" in targets
     assert "swept over full 1e-05, 3e-05; lora 0.001; profile 0.0002, 0.002 on the first seed" in rates
