@@ -230,17 +230,15 @@ def _stop_accuracy_claims(
         seeds = sorted(stop)
         arm = group[group["run"] == name]
         fired = (arm["stop_epoch"].notna() & (arm["stop_epoch"] < arm["epochs_run"])).any()
-        out.append(
-            (lambda r: r if fired else replace(r, verdict=UNTESTABLE))(
-                _result(
-                    "early stopping keeps the accuracy",
-                    setting,
-                    f"{name}: accuracy at the stop epoch - after the full budget",
-                    two_way_bootstrap([stop[s] for s in seeds], [full[s] for s in seeds]),
-                    -COMPETITIVE_MARGIN,
-                )
-            )
-        )  # a rule that never fired before the full budget says nothing about the accuracy it keeps
+        result = _result(
+            "early stopping keeps the accuracy",
+            setting,
+            f"{name}: accuracy at the stop epoch - after the full budget",
+            two_way_bootstrap([stop[s] for s in seeds], [full[s] for s in seeds]),
+            -COMPETITIVE_MARGIN,
+        )
+        # a rule that never fired before the full budget says nothing about the accuracy it keeps
+        out.append(result if fired else replace(result, verdict=UNTESTABLE))
     return out
 
 

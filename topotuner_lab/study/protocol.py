@@ -178,15 +178,14 @@ def _cards_for_prior(
     """
     identity = ModelIdentity.from_snapshot(pre)
     cards: Cards = {}
-    signals = {s for s in preset.strategies if s in FIXED_RANKINGS and FIXED_RANKINGS[s][0] in SIGNALS}
+    if any(s in FIXED_RANKINGS and FIXED_RANKINGS[s][0] in SIGNALS for s in preset.strategies):
+        tables = {recipe: with_signals(table, pre) for recipe, table in tables.items()}  # once: an SVD per matrix
     gradients: dict[str, pd.DataFrame] = {}
     stratified = any(s in RECIPE_STRATEGIES for s in preset.strategies)  # random controls drawn per seed below
     for recipe, strategy, budget in _card_specs(preset):
         if strategy == "random" and stratified:
             continue
         table = tables[recipe]
-        if signals:
-            table = with_signals(table, pre)
         targets: list[str | None] = [None]
         if strategy == "gradient":
             targets = list(preset.target_tasks)
