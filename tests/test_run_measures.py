@@ -2,7 +2,7 @@
 
 import json
 import math
-from types import SimpleNamespace
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,6 +11,8 @@ from datasets import Dataset
 from transformers import TrainerControl, TrainerState
 
 import topotuner_lab.training.finetune as ft
+import topotuner_lab.training.scoring as scoring
+from topotuner_lab.tasks.specs import TASKS
 from topotuner_lab.training.callbacks import EpochEvaluation, at_epoch, per_epoch
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.evaluation import (
@@ -22,6 +24,7 @@ from topotuner_lab.training.evaluation import (
     perplexity_probe,
 )
 from topotuner_lab.training.results import load_results, write_results
+from topotuner_lab.training.scoring import TaskScorer
 
 TINY = dict(n_train=16, n_test=8, n_ood=8, n_ppl=3, batch_size=8, max_length=40, learning_rate=1e-3)
 TWO_ROWS = {"prompt": ["Review: a fine film.\nSentiment:", "Review: dull\nSentiment:"], "label": [1, 0]}
@@ -44,7 +47,7 @@ def _hand_logprob(model, tokenizer, prompt, word):
         pytest.param([" negative", " positive"], id="many-token-labels"),  # the byte tokenizer: one token per byte
     ],
 )
-def test_val_logloss_equals_a_hand_computation(tiny_llama, labels, monkeypatch):
+def test_val_logloss_equals_a_hand_computation(tiny_llama, labels):
     model, tok = tiny_llama.model, tiny_llama.tokenizer
     rows = Dataset.from_dict(TWO_ROWS)
     losses = []
@@ -56,8 +59,10 @@ def test_val_logloss_equals_a_hand_computation(tiny_llama, labels, monkeypatch):
         expected, rel=1e-5
     )
     # the run's validation scorer: the same accuracy as the plain scorer and this log-loss, from one scoring pass
-    monkeypatch.setattr(ft, "get_task", lambda task: SimpleNamespace(kind="classification", labels=labels))
-    correct, logloss = ft._val_scorer("sst2", tok, 128)(model, rows)
+    delimiter = " " if labels[0].startswith(" ") else ""
+    spec = replace(TASKS["sst2"], doc_to_choice=tuple(w.strip() for w in labels), target_delimiter=delimiter)
+    assert spec.labels == tuple(labels)
+    correct, logloss = TaskScorer(spec, tok, 128).with_logloss(model, rows)
     assert logloss == pytest.approx(expected, rel=1e-5)
     np.testing.assert_array_equal(correct, classification_correct(model, tok, rows, labels))
 
@@ -75,8 +80,8 @@ def test_logloss_of_perfect_uniform_and_confidently_wrong_scores():
 
 def test_val_scorer_of_a_perfectly_confident_model_gives_zero(monkeypatch):
     rows = Dataset.from_dict(TWO_ROWS)
-    monkeypatch.setattr(ft, "classification_scores", lambda *a, **k: np.array([[-np.inf, 0.0], [0.0, -np.inf]]))
-    correct, logloss = ft._val_scorer("sst2", None, 64)(None, rows)
+    monkeypatch.setattr(scoring, "classification_scores", lambda *a, **k: np.array([[-np.inf, 0.0], [0.0, -np.inf]]))
+    correct, logloss = TaskScorer("sst2", None, 64).with_logloss(None, rows)
     assert correct.tolist() == [True, True] and logloss == 0.0
 
 

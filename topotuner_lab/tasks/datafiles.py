@@ -2,12 +2,15 @@
 
 Formats, by suffix: ``.tsv`` (tab-separated, no quoting: a quote is text), ``.csv`` (comma-separated, ``"..."``
 quoting), each with a header line unless the spec gives ``column_names``; ``.jsonl`` (one JSON object per line);
-``.json`` (a JSON list of objects). A file of another suffix given directly (``source=path``) is read as TSV.
+``.json`` (a JSON list of objects, or SQuAD's layout ``{"data": [{"title", "paragraphs": [{"context", "qas"}]}]}``,
+read as one row per question: ``id``, ``title``, ``context``, ``question``, ``answers`` (their texts)). Any of them
+may be gzipped (``.jsonl.gz``). A file of another suffix given directly (``source=path``) is read as TSV.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 from pathlib import Path
@@ -15,20 +18,33 @@ from typing import Any
 
 from topotuner_lab._io.errors import TaskError
 
-__all__ = ["FORMATS", "read_data_file"]
+__all__ = ["FORMATS", "file_format", "read_data_file"]
 
 #: the data file suffixes a task spec may name, and what each holds
 FORMATS: dict[str, str] = {
     ".tsv": "tab-separated text, a header line unless column_names is given",
     ".csv": "comma-separated text (quote a field holding a comma), a header line unless column_names is given",
     ".jsonl": "one JSON object per line",
-    ".json": "a JSON list of objects",
+    ".json": "a JSON list of objects, or SQuAD's layout (one row per question)",
 }
+
+
+def file_format(path: str | Path) -> str:
+    """The format suffix of ``path`` (``.jsonl`` for ``x.jsonl.gz``): a key of :data:`FORMATS`, or another suffix."""
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    if suffixes[-1:] == [".gz"]:
+        suffixes = suffixes[:-1]
+    return suffixes[-1] if suffixes else ""
 
 
 def _text_of(path: Path) -> str:
     """The file's text; a file that is not UTF-8 is a :class:`TaskError` naming the first bad byte and its line."""
     data = path.read_bytes()
+    if path.suffix.lower() == ".gz":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            raise TaskError(f"data file {path} is not a valid gzip file ({exc})", "gzip it again, or unzip it") from exc
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -101,17 +117,43 @@ def _check_jsonl(path: Path) -> None:
             )
 
 
-def _check_json(path: Path) -> None:
-    """Refuse a JSON file that is not a non-empty list of objects."""
+def _squad_rows(data: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """SQuAD's nested layout flattened to one row per question, or None when ``data`` is not laid out so."""
+    articles = data.get("data")
+    if not isinstance(articles, list):
+        return None
+    try:
+        return [
+            {
+                "id": str(qa["id"]),
+                "title": str(article.get("title", "")),
+                "context": str(paragraph["context"]),
+                "question": str(qa["question"]),
+                "answers": [str(answer["text"]) for answer in qa["answers"]],
+            }
+            for article in articles
+            for paragraph in article["paragraphs"]
+            for qa in paragraph["qas"]
+        ]
+    except (KeyError, TypeError):
+        return None
+
+
+def _json_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSON file: a non-empty list of objects, or SQuAD's layout flattened."""
     _lines(path)  # UTF-8, not empty
     try:
         rows = json.loads(_text_of(path))
     except ValueError as exc:
         raise TaskError(f"data file {path} is not valid JSON ({exc})", "give a JSON list of objects") from exc
+    if isinstance(rows, dict):
+        rows = _squad_rows(rows)
     if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
         raise TaskError(
-            f"data file {path} is not a JSON list of objects", "give [{...}, {...}], or one object per line as .jsonl"
+            f"data file {path} is not a JSON list of objects (nor SQuAD's layout)",
+            "give [{...}, {...}], or one object per line as .jsonl",
         )
+    return rows
 
 
 def read_data_file(path: Path, task: str, column_names: tuple[str, ...] = (), what: str = "") -> Any:
@@ -132,14 +174,13 @@ def read_data_file(path: Path, task: str, column_names: tuple[str, ...] = (), wh
             "check TOPOTUNER_DATA / the shared data folder (a relative path in a spec file is looked up beside the "
             "spec, then in the data folder), or pass source='hub'",
         )
-    suffix = path.suffix.lower()
+    suffix = file_format(path)
     kwargs: dict[str, Any]
     if suffix == ".jsonl":
         _check_jsonl(path)
         kwargs = {"path": "json"}
     elif suffix == ".json":
-        _check_json(path)
-        kwargs = {"path": "json"}
+        return datasets.Dataset.from_list(_json_rows(path))
     elif suffix == ".csv":
         _check_csv(path, column_names)
         kwargs = {"path": "csv"}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -21,10 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from topotuner_lab._io.config import REQUIRED, Check, Config, is_int, opt, optional
+from topotuner_lab._io.config import POSITIVE_INT, REQUIRED, Check, Config, is_int, opt, optional
 from topotuner_lab._io.errors import TaskError
-from topotuner_lab.tasks.datafiles import FORMATS, read_data_file
-from topotuner_lab.tasks.templates import fields_of, render, syntax_error
+from topotuner_lab.tasks.datafiles import FORMATS, file_format, read_data_file
+from topotuner_lab.tasks.templates import (
+    evaluate,
+    expression_error,
+    fields_of,
+    is_field,
+    optional_fields,
+    render,
+    syntax_error,
+)
 
 __all__ = [
     "BUILTIN_DIR",
@@ -42,11 +51,30 @@ __all__ = [
 ]
 
 #: how a task is scored: the likelihood of each label word, or greedy generation
-OUTPUT_TYPES: tuple[str, ...] = ("multiple_choice", "generate_until")
+OUTPUT_TYPES: tuple[str, ...] = ("multiple_choice", "generate_until", "ranking")
 #: the splits a fine-tune reads: its own names, whatever the hub calls them
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
-#: the metric each output type is scored by (``exact_match``: the final number of the answer, GSM8K-style)
-METRICS: dict[str, tuple[str, ...]] = {"multiple_choice": ("acc",), "generate_until": ("exact_match",)}
+#: the metrics each output type can be scored by, in lm-evaluation-harness's names; the first is the default.
+#: ``exact_match``: the final number of the answer (GSM8K); ``exact`` / ``f1``: SQuAD's, over the references;
+#: ``rouge*``: ROUGE F-measures over the references; ``pass@1``: the greedy program passes its tests
+#: (``doc_to_program``); the ``*_acc`` four: IFEval's verifiers; ``ndcg@10`` / ``mrr@10``: a reranked candidate list.
+METRICS: dict[str, tuple[str, ...]] = {
+    "multiple_choice": ("acc",),
+    "generate_until": (
+        "exact_match",
+        "exact",
+        "f1",
+        "rouge1",
+        "rouge2",
+        "rougeL",
+        "pass@1",
+        "prompt_level_strict_acc",
+        "inst_level_strict_acc",
+        "prompt_level_loose_acc",
+        "inst_level_loose_acc",
+    ),
+    "ranking": ("ndcg@10", "mrr@10"),
+}
 #: ``generation_kwargs`` keys and their defaults (lm-evaluation-harness's); decoding is always greedy
 GENERATION_DEFAULTS: dict[str, Any] = {"until": ("\n\n",), "max_gen_toks": 256, "do_sample": False}
 #: a validation row filter's test of a row's text
@@ -91,6 +119,11 @@ _ALIASES = Check(
     "a mapping of label name to choice index (a whole number)",
 )
 _STRING = Check(lambda v: isinstance(v, str), "a string")
+
+_TEMPLATES = Check(
+    lambda v: isinstance(v, tuple) and all(isinstance(t, str) and t.strip() for t in v),
+    "a field name, or a list of templates",
+)
 _LIST = Check(lambda v: isinstance(v, tuple), "a list of {metric: NAME}")
 _FILTER = Check(
     lambda v: v == "" or v in VALIDATION_FILTERS, f"'' (all rows) or one of {', '.join(VALIDATION_FILTERS)}"
@@ -112,7 +145,8 @@ class TaskSpec(Config):
     task: str = opt(REQUIRED, "the task's name (results and run names record it)", check=_NAME)
     output_type: str = opt(
         REQUIRED,
-        "multiple_choice (scored by the likelihood of each doc_to_choice word) or generate_until (greedy generation)",
+        "multiple_choice (scored by the likelihood of each doc_to_choice word), generate_until (greedy generation) "
+        "or ranking (BM25 candidates of a BEIR folder reranked by the likelihood of the query)",
         choices=OUTPUT_TYPES,
     )
     doc_to_text: str = opt(
@@ -160,6 +194,33 @@ class TaskSpec(Config):
     validation_column: str = opt(
         "", "the field validation_rows tests (default: the one field doc_to_text names)", check=_STRING
     )
+    doc_to_references: tuple[str, ...] = opt(
+        (),
+        "generate_until: what an answer is scored against: a field holding a list of texts, or templates giving one "
+        "text each (empty ones dropped); default the target",
+        check=_TEMPLATES,
+    )
+    doc_to_program: str = opt(
+        "",
+        "pass@1 only: the program run to test an answer, a template over the row's fields and `completion`, e.g. "
+        "\"{{ completion }}\\n{{ test_list | join('\\n') }}\"",
+        check=_STRING,
+    )
+    split_filter: dict[str, str] = opt(
+        {},
+        "rows kept per split, a Jinja2 expression over the row's fields and _index (its line in the file), e.g. "
+        "{train: '601 <= task_id <= 974'}: several splits can share one file",
+        check=_FILES,
+    )
+    train_task: str | None = opt(
+        None,
+        "another task (built-in name or spec file) whose train and validation rows train this one, e.g. ifeval "
+        "trains on alpaca: this spec's own rows are its test rows",
+        check=optional(_TEXT),
+    )
+    candidates: int = opt(
+        20, "ranking only: the BM25 candidates per query the model reranks", check=POSITIVE_INT
+    )
     metadata: dict[str, Any] = opt({}, "free notes (version, source, license); recorded, not read", check=_MAPPING)
 
     def check(self) -> None:
@@ -172,10 +233,16 @@ class TaskSpec(Config):
                 f"output_type multiple_choice needs doc_to_choice with 2 or more label words, not {self.doc_to_choice}",
                 "add doc_to_choice: [word0, word1, ...] (label 0's word first)",
             )
-        if not multiple:
-            for name in ("doc_to_choice", "label_aliases"):
-                if getattr(self, name):
-                    self.fail(f"{name} is for multiple_choice, and output_type is generate_until", f"remove {name}")
+        for names, owner in (
+            (("doc_to_choice", "label_aliases"), "multiple_choice"),
+            (("doc_to_references", "doc_to_program"), "generate_until"),
+        ):
+            for name in names:
+                if getattr(self, name) and self.output_type != owner:
+                    self.fail(f"{name} is for {owner}, and output_type is {self.output_type}", f"remove {name}")
+        if self.train_task is not None and self.train_task == self.task:
+            self.fail(f"train_task names the task itself ({self.task!r})", "remove train_task, or name another task")
+        self._check_split_filter()
         for alias, index in self.label_aliases.items():
             if not 0 <= index < len(self.doc_to_choice):
                 self.fail(
@@ -204,36 +271,56 @@ class TaskSpec(Config):
                     f"data_files has split {split!r}",
                     f"name the splits {', '.join(SPLITS)}" + (f" (did you mean {close[0]!r}?)" if close else ""),
                 )
-            if Path(path).suffix.lower() not in FORMATS:
+            if file_format(path) not in FORMATS:
                 self.fail(
                     f"data_files.{split}={path!r} is not a file of a known format",
                     "give a " + "; a ".join(f"{s} file ({what})" for s, what in FORMATS.items()),
                 )
         if self.data_files:
-            lacking = [s for s in ("train", "test") if s not in self.data_files]
+            needed = ("test",) if self.train_task else ("train", "test")
+            lacking = [s for s in needed if s not in self.data_files]
             if lacking:
                 self.fail(f"data_files lacks split(s) {lacking}", "a fine-tune reads train and test: give both files")
         if self.dataset_path is not None:
-            lacking = [f"{s}_split" for s in ("training", "test") if getattr(self, f"{s}_split") is None]
+            needed = ("test",) if self.train_task else ("training", "test")
+            lacking = [f"{s}_split" for s in needed if getattr(self, f"{s}_split") is None]
             if lacking:
                 self.fail(
                     f"dataset_path needs {' and '.join(lacking)}", "name the hub splits, e.g. training_split: train"
                 )
-        if self.column_names and any(Path(p).suffix.lower() in (".json", ".jsonl") for p in self.data_files.values()):
+        if self.column_names and any(file_format(p) in (".json", ".jsonl") for p in self.data_files.values()):
             self.fail("column_names is for headerless .tsv / .csv files", "remove column_names: JSON rows name fields")
 
+    def _templates(self) -> list[tuple[str, str]]:
+        """Each template of the spec with its field's name (doc_to_references' one by one)."""
+        named = [("doc_to_text", self.doc_to_text), ("doc_to_target", self.doc_to_target)]
+        named += [("doc_to_references", source) for source in self.doc_to_references]
+        return named + ([("doc_to_program", self.doc_to_program)] if self.doc_to_program else [])
+
+    def _check_split_filter(self) -> None:
+        for split, expression in self.split_filter.items():
+            if split not in SPLITS:
+                self.fail(f"split_filter has split {split!r}", f"name the splits {', '.join(SPLITS)}")
+            problem = expression_error(expression)
+            if problem:
+                self.fail(
+                    f"split_filter.{split}={expression!r} is not a valid Jinja2 expression: {problem}",
+                    "write a test over the row's fields and _index, e.g. '601 <= task_id <= 974'",
+                )
+
     def _check_templates(self) -> None:
-        for name in ("doc_to_text", "doc_to_target"):
-            source = getattr(self, name)
+        for name, source in self._templates():
             problem = syntax_error(source)
             if problem:
                 self.fail(
                     f"{name} is not a valid Jinja2 template: {problem}",
                     f'write fields as {{{{field}}}} in {name}, e.g. "Question: {{{{question}}}}\\nAnswer:"',
                 )
-            if not fields_of(source):
+            fields = [f for f in fields_of(source) if not (name == "doc_to_program" and f == "completion")]
+            # a train_task's own rows are only tested; a program may read only the completion
+            if not fields and not (name == "doc_to_target" and self.train_task) and name != "doc_to_program":
                 self.fail(f"{name}={source!r} names no field of the rows", f"name a field in {name}: {{{{field}}}}")
-            missing = [f for f in fields_of(source) if self.column_names and f not in self.column_names]
+            missing = [f for f in fields if self.column_names and f not in self.column_names]
             if missing:
                 self.fail(
                     f"{name} names field(s) {missing} not among column_names {list(self.column_names)}",
@@ -251,6 +338,8 @@ class TaskSpec(Config):
             isinstance(until, (list, tuple)) and all(isinstance(s, str) and s for s in until)
         ):
             self.fail(f"generation_kwargs.until={until!r} is not a list of stop strings", 'give until: ["\\n\\n"]')
+        if self.doc_to_program and "completion" not in fields_of(self.doc_to_program):
+            self.fail("doc_to_program does not use {{ completion }}", "put {{ completion }} where the answer goes")
         tokens = self.generation_kwargs.get("max_gen_toks", 1)
         if not (is_int(tokens) and tokens >= 1):
             self.fail(f"generation_kwargs.max_gen_toks={tokens!r} is not a whole number >= 1", "give max_gen_toks: 256")
@@ -268,6 +357,8 @@ class TaskSpec(Config):
                     f"metric_list[{i}].metric={entry['metric']!r} is not scored for output_type {self.output_type}",
                     f"use {', '.join(allowed)}",
                 )
+            if entry["metric"] == "pass@1" and not self.doc_to_program:
+                self.fail(f"metric_list[{i}]: pass@1 needs doc_to_program", "add doc_to_program: the program to run")
             extra = sorted(set(entry) - {"metric", "aggregation", "higher_is_better"})
             if extra or entry.get("aggregation", "mean") != "mean" or entry.get("higher_is_better", True) is not True:
                 self.fail(
@@ -284,8 +375,8 @@ class TaskSpec(Config):
 
     @property
     def kind(self) -> str:
-        """``"classification"`` (multiple_choice) or ``"generation"`` (generate_until)."""
-        return "classification" if self.output_type == "multiple_choice" else "generation"
+        """``"classification"`` (multiple_choice), ``"generation"`` (generate_until) or ``"ranking"``."""
+        return {"multiple_choice": "classification", "generate_until": "generation"}.get(self.output_type, "ranking")
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -312,9 +403,28 @@ class TaskSpec(Config):
         return int(self.generation_kwargs.get("max_gen_toks", GENERATION_DEFAULTS["max_gen_toks"]))
 
     @property
+    def metrics(self) -> tuple[str, ...]:
+        """Every metric the task is scored by (``metric_list``'s), the primary one (:attr:`metric`) first."""
+        if not self.metric_list:
+            return (self.metric,)
+        return tuple(str(m if isinstance(m, str) else m["metric"]) for m in self.metric_list)
+
+    @property
     def fields(self) -> tuple[str, ...]:
-        """The row fields the task reads (doc_to_text's, doc_to_target's, the validation column), in that order."""
-        return tuple(dict.fromkeys((*fields_of(self.doc_to_text), *fields_of(self.doc_to_target), *self._vcol())))
+        """The row fields the task reads (its templates', the validation column's), in that order."""
+        read = [
+            f
+            for name, source in self._templates()
+            for f in fields_of(source)
+            if (name, f) != ("doc_to_program", "completion")
+        ]
+        return tuple(dict.fromkeys((*read, *self._vcol())))
+
+    @property
+    def required_fields(self) -> tuple[str, ...]:
+        """The fields every row must have: :attr:`fields` less those a template tests with ``is defined``."""
+        optional = {f for _, source in self._templates() for f in optional_fields(source)}
+        return tuple(f for f in self.fields if f not in optional)
 
     def _vcol(self) -> tuple[str, ...]:
         return (self.validation_column,) if self.validation_column else ()
@@ -395,6 +505,8 @@ def read_spec(path: str | os.PathLike[str], *, builtin: bool = False) -> TaskSpe
         raise TaskError(
             f"{prefix}: lacks field(s) {missing}", "; ".join(f"add {n}: {known[n].metadata['help']}" for n in missing)
         )
+    if isinstance(data.get("doc_to_references"), str):  # one field (or template) is a list of one
+        data["doc_to_references"] = [data["doc_to_references"]]
     files = data.get("data_files")
     if isinstance(files, dict) and not builtin:
         data["data_files"] = {
@@ -444,7 +556,10 @@ def has_validation_split(name: str | os.PathLike[str] | TaskSpec, source: str | 
 
     On the hub SST-2's "validation" is the test set here, so it does not count.
     """
-    return source != "hub" and "validation" in get_task(name).data_files
+    spec = get_task(name)
+    if spec.train_task is not None:
+        return has_validation_split(spec.train_task, source)
+    return source != "hub" and "validation" in spec.data_files
 
 
 def data_dir() -> Path:
@@ -488,6 +603,8 @@ def _rows(spec: TaskSpec, split: str, source: str | os.PathLike[str] | None) -> 
             raise TaskError(f"task {spec.task!r} has no split {split!r}", f"use one of {have}")
         hub = (spec.dataset_path,) if spec.dataset_name is None else (spec.dataset_path, spec.dataset_name)
         return datasets.load_dataset(*hub, split=hub_split), f"hub {hub}"
+    if spec.output_type == "ranking" and source == "hub":
+        raise TaskError(f"ranking task {spec.task!r} reads a local BEIR folder", "drop source='hub'")
     rel = spec.data_files.get(split)
     if source is None or Path(source).is_dir():  # a data folder: the offline copy or one laid out like it
         if rel is None:
@@ -497,20 +614,62 @@ def _rows(spec: TaskSpec, split: str, source: str | os.PathLike[str] | None) -> 
             path = (data_dir() if source is None else Path(source)) / path
     else:
         path = Path(source)
+    if spec.output_type == "ranking":
+        return _ranking_rows(spec, path), str(path)
     return read_data_file(path, spec.task, spec.column_names, f"data_files.{split}" if rel else ""), str(path)
 
 
+def _ranking_rows(spec: TaskSpec, qrels: Path) -> Any:
+    """One row per query of a BEIR split (``qrels`` is its ``qrels/<split>.tsv``) with a relevant document.
+
+    The row holds ``query_id``, ``query``, the ``title`` and ``text`` of its most relevant judged document (what
+    training learns the query from) and ``ranking``: its BM25 candidates and judgements as JSON (what is scored).
+    """
+    import datasets
+
+    from topotuner_lab.tasks.retrieval import bm25_candidates, ranking_rows, read_beir
+
+    beir = read_beir(qrels.parent.parent, qrels.stem)
+    rows = []
+    for row in ranking_rows(beir, bm25_candidates(beir.corpus, beir.queries, spec.candidates)):
+        relevant = sorted((-rel, doc) for doc, rel in row["qrels"].items() if rel > 0)
+        if relevant:  # a query without a relevant document has nothing to learn and no nDCG
+            document = beir.corpus[relevant[0][1]]
+            ranking = json.dumps({"candidates": row["candidates"], "qrels": row["qrels"]})
+            rows.append({"query_id": row["query_id"], "query": row["query"], **document, "ranking": ranking})
+    return datasets.Dataset.from_list(rows)
+
+
 def _check_columns(spec: TaskSpec, ds: Any, where: str) -> None:
-    missing = [c for c in spec.fields if c not in ds.column_names]
+    missing = [c for c in spec.required_fields if c not in ds.column_names]
     if missing:
-        named = [n for n in ("doc_to_text", "doc_to_target") if set(fields_of(getattr(spec, n))) & set(missing)] or [
-            "validation_column"
-        ]
+        named = [n for n, source in spec._templates() if set(fields_of(source)) & set(missing)] or ["validation_column"]
+        named = list(dict.fromkeys(named))
         raise TaskError(
             f"{where} has no column(s) {missing} named by {', '.join(named)} of task {spec.task!r} "
             f"(it has {ds.column_names})",
-            f"give a file with columns {list(spec.fields)}, or name its columns in the spec's {' and '.join(named)}",
+            f"give a file with columns {list(spec.required_fields)}, or name its columns in the spec's "
+            f"{' and '.join(named)}",
         )
+
+
+def _filtered(spec: TaskSpec, ds: Any, split: str, where: str) -> Any:
+    """The rows of ``split`` that ``split_filter`` keeps (all without one); a failing expression is a TaskError."""
+    expression = spec.split_filter.get(split)
+    if expression is None:
+        return ds
+
+    def keep(row: dict[str, Any], index: int) -> bool:
+        try:
+            return bool(evaluate(expression, {**row, "_index": index}))
+        except Exception as exc:  # noqa: BLE001 - Jinja's errors become one clear line
+            raise TaskError(
+                f"split_filter.{split} of task {spec.task!r} fails on row {index} of {where} "
+                f"({exc.__class__.__name__}: {str(exc)[:160]})",
+                f"fix split_filter.{split}: it may read the row's fields {sorted(row)} and _index",
+            ) from None
+
+    return ds.filter(keep, with_indices=True)
 
 
 def _render(spec: TaskSpec, name: str, row: dict[str, Any], where: str) -> Any:
@@ -546,9 +705,12 @@ def load_task(
     ``n`` rows are drawn at random with ``seed`` (the data-order seed recorded in results).
     """
     spec = get_task(name)
+    if spec.train_task is not None and split != "test":
+        return load_task(spec.train_task, split, n, seed, source)
     ds, where = _rows(spec, split, source)
+    ds = _filtered(spec, ds, split, where)
     _check_columns(spec, ds, where)
-    needed = spec.fields
+    needed = spec.required_fields
     ds = ds.filter(lambda row: all(row[c] is not None for c in needed))
     if split == "validation" and spec.validation_rows:
         keep, column = VALIDATION_FILTERS[spec.validation_rows], _validation_column(spec)
@@ -566,11 +728,35 @@ def load_task(
         if spec.output_type == "multiple_choice":
             label = spec.label_index(target)
             return {"prompt": prompt, "target": spec.labels[label], "label": label}
-        return {"prompt": prompt, "target": spec.target_delimiter + str(target), "label": -1}
+        return {
+            "prompt": prompt,
+            "target": spec.target_delimiter + str(target),
+            "label": -1,
+            "references": _references(spec, row, where, str(target)),
+            "doc": json.dumps(dict(row), default=str),
+        }
 
     import datasets
 
-    features = datasets.Features(
-        {"prompt": datasets.Value("string"), "target": datasets.Value("string"), "label": datasets.Value("int64")}
-    )
-    return ds.map(frame, remove_columns=ds.column_names, features=features)
+    columns = {"prompt": datasets.Value("string"), "target": datasets.Value("string"), "label": datasets.Value("int64")}
+    if spec.output_type != "multiple_choice":  # what answers are scored against; the row (programs, rankings...)
+        columns |= {"references": datasets.Sequence(datasets.Value("string")), "doc": datasets.Value("string")}
+    return ds.map(frame, remove_columns=ds.column_names, features=datasets.Features(columns))
+
+
+def _references(spec: TaskSpec, row: dict[str, Any], where: str, target: str) -> list[str]:
+    """The texts a generated answer is scored against: ``doc_to_references``' (empty ones dropped), else the target."""
+    if not spec.doc_to_references:
+        return [target]
+    if len(spec.doc_to_references) == 1 and is_field(spec.doc_to_references[0]):
+        value = row[spec.doc_to_references[0]]
+        texts = [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+    else:
+        texts = [str(render(source, row)) for source in spec.doc_to_references]
+    texts = [t for t in texts if t.strip()]
+    if not texts:
+        raise TaskError(
+            f"doc_to_references of task {spec.task!r} gives no reference text for a row of {where}",
+            "make doc_to_references name a field holding the reference texts",
+        )
+    return texts

@@ -16,7 +16,7 @@ from typing import Any
 from jinja2 import StrictUndefined, Template, TemplateSyntaxError, meta, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-__all__ = ["fields_of", "is_field", "render", "syntax_error"]
+__all__ = ["evaluate", "expression_error", "fields_of", "is_field", "optional_fields", "render", "syntax_error"]
 
 _ENV = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -49,6 +49,36 @@ def fields_of(source: str) -> tuple[str, ...]:
     tree = _ENV.parse(source)
     free = meta.find_undeclared_variables(tree)
     return tuple(dict.fromkeys(n.name for n in tree.find_all(nodes.Name) if n.ctx == "load" and n.name in free))
+
+
+@functools.lru_cache(maxsize=256)
+def optional_fields(source: str) -> tuple[str, ...]:
+    """The fields a row may lack: all of ``source``'s when it tests ``is defined`` or uses the ``default`` filter.
+
+    Such a template handles missing fields itself: ``"{{ summary if summary is defined else summary1 }}"`` reads a
+    training file's ``summary`` and a test file's ``summary1``. A field it still lacks fails when the row renders.
+    """
+    if is_field(source):
+        return ()
+    tree = _ENV.parse(source)
+    guarded = any(t.name in ("defined", "undefined") for t in tree.find_all(nodes.Test)) or any(
+        f.name == "default" for f in tree.find_all(nodes.Filter)
+    )
+    return fields_of(source) if guarded else ()
+
+
+def evaluate(expression: str, row: Mapping[str, Any]) -> Any:
+    """The Jinja2 expression ``expression`` (``"601 <= task_id <= 974"``) over ``row``, in the same sandbox."""
+    return _ENV.compile_expression(expression, undefined_to_none=False)(**row)
+
+
+def expression_error(expression: str) -> str | None:
+    """Why ``expression`` is not a valid Jinja2 expression (one line), or None when it is one."""
+    try:
+        _ENV.compile_expression(expression)
+    except TemplateSyntaxError as exc:
+        return exc.message or "invalid expression"
+    return None
 
 
 def render(source: str, row: Mapping[str, Any]) -> Any:

@@ -17,28 +17,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
 import torch
 from transformers import TrainerCallback
 
 from topotuner_lab._io.errors import ProfileError, TopoTunerError
 from topotuner_lab.profiles.card import ProfileCard
-from topotuner_lab.tasks.specs import get_task
 from topotuner_lab.training.callbacks import EpochClock, EpochEvaluation, EpochSnapshots, epoch_snapshot_path
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import RunData, capped_counts, load_run_data, used_counts
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
-from topotuner_lab.training.evaluation import (
-    accuracy,
-    classification_correct,
-    classification_scores,
-    correct_from_scores,
-    gsm8k_correct,
-    mean_logloss,
-    perplexity_probe,
-)
+from topotuner_lab.training.evaluation import accuracy, perplexity_probe
 from topotuner_lab.training.memory import PeakMemory
 from topotuner_lab.training.results import RunResults, collect_results, write_results
+from topotuner_lab.training.scoring import TaskScorer
 from topotuner_lab.training.trainer import build_trainer, last_checkpoint, prepare_model, resolve_lora_rank
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import LoadedModel
@@ -47,32 +38,6 @@ from topotuner_lab.weights.snapshot import save_snapshot
 
 if TYPE_CHECKING:
     from peft import PeftModel
-
-
-def _scorer(task: str, tokenizer: Any, max_length: int):
-    """``score(model, dataset)`` -> per-example correctness (a boolean array)."""
-    spec = get_task(task)
-    if spec.kind == "classification":
-        return lambda model, ds: classification_correct(model, tokenizer, ds, spec.labels, max_length=max_length)
-    return lambda model, ds: gsm8k_correct(model, tokenizer, ds, max_length=max_length)
-
-
-def _val_scorer(task: str, tokenizer: Any, max_length: int):
-    """``score(model, dataset)`` -> (per-example correctness, mean label log-loss); the log-loss is None for GSM8K.
-
-    One scoring pass gives both: the correctness is :func:`classification_correct`'s (the same argmax of the same
-    scores), the log-loss is :func:`mean_logloss` of those scores (normalized over the task's label words).
-    """
-    spec = get_task(task)
-    if spec.kind != "classification":
-        correct = _scorer(task, tokenizer, max_length)
-        return lambda model, ds: (correct(model, ds), None)
-
-    def score(model: Any, ds: Any) -> tuple[np.ndarray, float | None]:
-        scores = classification_scores(model, tokenizer, ds, spec.labels, max_length=max_length)
-        return correct_from_scores(scores, ds["label"]), mean_logloss(scores, ds["label"]) if len(ds) else None
-
-    return score
 
 
 def evaluates_each_epoch(cfg: FinetuneConfig, threshold: float | None) -> bool:
@@ -258,8 +223,11 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
             "record the counts used (asked: requested_counts)",
             stacklevel=2,
         )
-    score, score_ood = _scorer(cfg.task, tokenizer, cfg.max_length), _scorer(data.ood_task, tokenizer, cfg.max_length)
-    score_val = _val_scorer(cfg.task, tokenizer, cfg.max_length)
+    score, score_ood = (
+        TaskScorer(cfg.task, tokenizer, cfg.max_length),
+        TaskScorer(data.ood_task, tokenizer, cfg.max_length),
+    )
+    score_val = score.with_logloss
     before = _pretrained_scores(loaded, cfg, data, score_ood)
     model, info = prepare_model(loaded, cfg, card)
     callbacks, threshold = _callbacks(cfg, card, score, data, score_val)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
+import numpy as np
 from transformers import Trainer
 
 from topotuner_lab._io import atomic
@@ -22,6 +23,7 @@ from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import RunData
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
 from topotuner_lab.training.evaluation import accuracy, perplexity_probe
+from topotuner_lab.training.scoring import primary_values
 from topotuner_lab.weights.models import LoadedModel
 from topotuner_lab.weights.projections import count_parameters
 
@@ -36,6 +38,10 @@ class RunResults(TypedDict, total=False):
     - ``epoch_val_accuracy``, ``epoch_val_logloss``: after each epoch, like ``epoch_test_accuracy`` (filled when
       the run evaluates each epoch: ``eval_each_epoch``, or a stopping threshold in observe mode; else empty).
     - ``epoch_eval_seconds``: that per-epoch evaluation's own seconds (not in ``epoch_seconds``).
+    - ``metric``: the task's primary metric (``acc`` for a classification task; ``f1``, ``rougeL``, ``pass@1``...);
+      ``test_accuracy`` and ``test_correct`` hold its mean and per-example values (0/1 for a 0/1 metric), whatever
+      its name. ``test_metrics``: the mean of every metric the task is scored by; ``test_example_metrics``: their
+      per-example values (``test_correct``'s order).
     - ``stop_epoch_test_correct``: per test row (``test_correct``'s order), 1 if it was right after the epoch the
       stopping rule fired (its mean is ``epoch_test_accuracy[stop_epoch - 1]``); None when the rule never fired or
       that epoch was not evaluated.
@@ -63,8 +69,11 @@ class RunResults(TypedDict, total=False):
     val_accuracy: float | None
     val_logloss: float | None
     val_source: str
+    metric: str
     test_accuracy: float
-    test_correct: list[int]
+    test_correct: list[int] | list[float]
+    test_metrics: dict[str, float]
+    test_example_metrics: dict[str, list[float]]
     epoch_test_accuracy: list[float]
     epoch_val_accuracy: list[float]
     epoch_val_logloss: list[float]
@@ -73,7 +82,7 @@ class RunResults(TypedDict, total=False):
     ood_task: str
     ood_accuracy_before: float
     ood_accuracy_after: float
-    ood_correct_after: list[int]
+    ood_correct_after: list[int] | list[float]
     perplexity_before: float
     perplexity_after: float
     ppl_nll_before: list[float]
@@ -119,7 +128,8 @@ def collect_results(
     model.eval()
     history = trainer.state.log_history
     epoch_seconds = per_epoch(history, "epoch_seconds")
-    test_correct, ood_correct = score(model, data.test), score_ood(model, data.ood)
+    test_metrics = score.score_all(model, data.test)
+    test_correct, ood_correct = primary_values(test_metrics[score.metric]), score_ood(model, data.ood)
     stopper = next((c for c in trainer.callback_handler.callbacks if isinstance(c, TopologicalEarlyStopping)), None)
     stop_epoch = stopper.stop_epoch if stopper else None
     val_correct, val_logloss = None, None
@@ -152,8 +162,11 @@ def collect_results(
         "val_accuracy": accuracy(val_correct) if val_correct is not None else None,
         "val_logloss": val_logloss,
         "val_source": data.val_source,
+        "metric": score.metric,
         "test_accuracy": accuracy(test_correct),
-        "test_correct": test_correct.astype(int).tolist(),  # per test example, for paired bootstrap intervals
+        "test_correct": per_example(test_correct),  # per test example, for paired bootstrap intervals
+        "test_metrics": {name: accuracy(values) for name, values in test_metrics.items() if name != "logloss"},
+        "test_example_metrics": {name: np.asarray(v, dtype=float).tolist() for name, v in test_metrics.items()},
         "epoch_test_accuracy": per_epoch(history, "test_accuracy"),
         "epoch_val_accuracy": per_epoch(history, "val_accuracy"),
         "epoch_val_logloss": per_epoch(history, "val_logloss"),
@@ -162,7 +175,7 @@ def collect_results(
         "ood_task": data.ood_task,
         "ood_accuracy_before": before["ood_accuracy"],
         "ood_accuracy_after": accuracy(ood_correct),
-        "ood_correct_after": ood_correct.astype(int).tolist(),
+        "ood_correct_after": per_example(ood_correct),
         "perplexity_before": before["perplexity"],
         "perplexity_after": probe.perplexity,
         "ppl_nll_before": list(before.get("ppl_nll", [])),
@@ -174,6 +187,13 @@ def collect_results(
     results["forgetting_ood"] = results["ood_accuracy_before"] - results["ood_accuracy_after"]
     results["perplexity_change"] = results["perplexity_after"] - results["perplexity_before"]
     return results
+
+
+def per_example(values: np.ndarray) -> list[int] | list[float]:
+    """Per-example values as ``results.json`` keeps them: 0/1 integers for a 0/1 metric, else floats."""
+    if values.dtype == bool or np.isin(values, (0, 1)).all():
+        return np.asarray(values, dtype=int).tolist()
+    return np.asarray(values, dtype=float).tolist()
 
 
 #: the key of ``results.json`` that holds the checksum of everything else in it

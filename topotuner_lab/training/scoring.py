@@ -1,0 +1,171 @@
+"""Scoring a model on a task's rows with the task's own metrics, per example, so every claim stays paired.
+
+One :class:`TaskScorer` per task: label likelihood for ``multiple_choice`` (``acc``, and the label log-loss a
+validation criterion reads); for ``generate_until`` one batched greedy generation
+(:func:`~topotuner_lab.training.generation.generate`, the spec's stop strings and ``max_gen_toks``) and then every
+metric of the spec's ``metric_list`` on the same answers: GSM8K's final-number ``exact_match``, SQuAD's ``exact`` /
+``f1`` and ROUGE over the references (:mod:`topotuner_lab.tasks.metrics`), IFEval's verifiers
+(:mod:`topotuner_lab.tasks.ifeval`), ``pass@1`` by running ``doc_to_program`` in the sandbox
+(:mod:`topotuner_lab.tasks.sandbox`). ``ranking`` tasks rerank their candidates by query likelihood
+(:mod:`topotuner_lab.training.ranking`) for ``ndcg@10`` / ``mrr@10``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from topotuner_lab.tasks import metrics
+from topotuner_lab.tasks.sandbox import SandboxLimits, run_program
+from topotuner_lab.tasks.specs import TaskSpec, final_number, get_task
+from topotuner_lab.tasks.templates import render
+from topotuner_lab.training.evaluation import classification_scores, correct_from_scores, label_logloss, mean_logloss
+from topotuner_lab.training.generation import generate
+from topotuner_lab.training.ranking import ranking_example_scores, rerank_scores
+
+#: per example, each metric's value (a metric name -> an array in the rows' order)
+ExampleScores = dict[str, np.ndarray]
+_IFEVAL = ("prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc", "inst_level_loose_acc")
+
+
+def _gsm8k(answers: Sequence[str], ds: Any) -> ExampleScores:
+    hits = [final_number(a) is not None and final_number(a) == final_number(t) for a, t in zip(answers, ds["target"])]
+    return {"exact_match": np.asarray(hits, dtype=float)}
+
+
+def _squad(answers: Sequence[str], ds: Any) -> ExampleScores:
+    rows = [metrics.squad_scores(a, refs) for a, refs in zip(answers, ds["references"])]
+    return {"exact": np.asarray([r["exact_match"] for r in rows]), "f1": np.asarray([r["f1"] for r in rows])}
+
+
+def _rouge(answers: Sequence[str], ds: Any) -> ExampleScores:
+    rows = [metrics.rouge_scores(a, refs) for a, refs in zip(answers, ds["references"])]
+    return {name: np.asarray([r[name] for r in rows]) for name in metrics.ROUGE_TYPES}
+
+
+def _ifeval(answers: Sequence[str], ds: Any) -> ExampleScores:
+    from topotuner_lab.tasks.ifeval import ifeval_scores
+
+    rows = [ifeval_scores(a, json.loads(doc)) for a, doc in zip(answers, ds["doc"])]
+    return {name: np.asarray([r[name] for r in rows]) for name in _IFEVAL}
+
+
+@dataclass(frozen=True)
+class _Programs:
+    """pass@1: each answer put into the spec's ``doc_to_program`` and run in the sandbox, one program at a time.
+
+    One at a time: the sandbox's clean-up kills every process its program's user started during the run, which
+    would take down a program running beside it.
+    """
+
+    spec: TaskSpec
+    limits: SandboxLimits
+
+    def __call__(self, answers: Sequence[str], ds: Any) -> ExampleScores:
+        sources = [
+            str(render(self.spec.doc_to_program, {**json.loads(doc), "completion": answer}))
+            for answer, doc in zip(answers, ds["doc"])
+        ]
+        statuses = [run_program(source, self.limits).status for source in sources]
+        return {"pass@1": np.asarray([s == "pass" for s in statuses], dtype=float)}
+
+
+def _generation_metrics(spec: TaskSpec, limits: SandboxLimits) -> list[Callable[[Sequence[str], Any], ExampleScores]]:
+    """The functions that score ``spec``'s answers, one per metric family it asks for."""
+    wanted = set(spec.metrics)
+    families: list[tuple[set[str], Callable[[Sequence[str], Any], ExampleScores]]] = [
+        ({"exact_match"}, _gsm8k),
+        ({"exact", "f1"}, _squad),
+        (set(metrics.ROUGE_TYPES), _rouge),
+        (set(_IFEVAL), _ifeval),
+        ({"pass@1"}, _Programs(spec, limits)),
+    ]
+    return [score for names, score in families if names & wanted]
+
+
+@dataclass
+class TaskScorer:
+    """``scorer(model, rows)`` -> per example, the task's primary metric; :meth:`score_all` gives every metric.
+
+    ``max_length`` is the tokens a prompt keeps (from the left); a generated answer gets ``max_gen_toks`` more.
+    """
+
+    task: str | TaskSpec
+    tokenizer: Any
+    max_length: int = 128
+    batch_size: int = 16
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        self.spec = get_task(self.task)
+
+    @property
+    def metric(self) -> str:
+        """The primary metric's name (the spec's first)."""
+        return self.spec.metric
+
+    def answers(self, model: torch.nn.Module, ds: Any) -> list[str]:
+        """The greedy answers to the rows' prompts, cut at the spec's stop strings."""
+        return generate(
+            model,
+            self.tokenizer,
+            list(ds["prompt"]),
+            max_new_tokens=self.spec.max_gen_toks,
+            stop=self.spec.until,
+            batch_size=self.batch_size,
+            max_length=self.max_length + self.spec.max_gen_toks,
+            progress=self.progress,
+        )
+
+    def score_all(self, model: torch.nn.Module, ds: Any) -> ExampleScores:
+        """Every metric of the task, per example; a classification task's also holds ``logloss`` (label log-loss)."""
+        if len(ds) == 0:
+            return {name: np.zeros(0) for name in self.spec.metrics}
+        if self.spec.kind == "classification":
+            scores = classification_scores(model, self.tokenizer, ds, self.spec.labels, max_length=self.max_length)
+            return {"acc": correct_from_scores(scores, ds["label"]), "logloss": label_logloss(scores, ds["label"])}
+        if self.spec.kind == "ranking":
+            return self._ranking(model, ds)
+        answers = self.answers(model, ds)
+        out: ExampleScores = {}
+        for score in _generation_metrics(self.spec, self.limits):
+            out |= score(answers, ds)
+        return {name: out[name] for name in self.spec.metrics}
+
+    def _ranking(self, model: torch.nn.Module, ds: Any) -> ExampleScores:
+        """Each row's candidates reranked by log p(target(query) | prompt(candidate)); nDCG@10 and MRR@10 per row."""
+        rows = [{**json.loads(row), **json.loads(json.loads(row)["ranking"])} for row in ds["doc"]]
+        spec = self.spec
+        run = rerank_scores(
+            model,
+            self.tokenizer,
+            rows,
+            lambda document: str(render(spec.doc_to_text, document)),
+            lambda query: spec.target_delimiter + str(render(spec.doc_to_target, {"query": query})),
+            max_length=self.max_length,
+            batch_size=self.batch_size,
+            progress=self.progress,
+        )
+        return ranking_example_scores(rows, run)
+
+    def __call__(self, model: torch.nn.Module, ds: Any) -> np.ndarray:
+        """Per example, the primary metric (booleans for accuracy and other 0/1 metrics)."""
+        return primary_values(self.score_all(model, ds)[self.metric])
+
+    def with_logloss(self, model: torch.nn.Module, ds: Any) -> tuple[np.ndarray, float | None]:
+        """Per example the primary metric, and the mean label log-loss (None for a generation task or no rows)."""
+        if self.spec.kind == "classification" and len(ds):
+            scores = classification_scores(model, self.tokenizer, ds, self.spec.labels, max_length=self.max_length)
+            return correct_from_scores(scores, ds["label"]), mean_logloss(scores, ds["label"])
+        return self(model, ds), None
+
+
+def primary_values(values: np.ndarray) -> np.ndarray:
+    """A metric's per-example values: booleans when every value is 0 or 1 (accuracy, exact match), else floats."""
+    return values.astype(bool) if np.isin(values, (0, 1)).all() else np.asarray(values, dtype=float)
