@@ -17,7 +17,7 @@ FAMILIES = ("squad", "dialogsum", "xsum", "alpaca", "ifeval", "mbpp", "humaneval
 
 def _scores(task: str, rows, answers: list[str]) -> dict[str, np.ndarray]:
     scorer = TaskScorer(task, tokenizer=None)
-    scorer.answers = lambda model, ds: answers  # type: ignore[method-assign]  # no model: these answers are scored
+    scorer.answers = lambda model, ds: answers  # type: ignore[method-assign]  # these answers are scored, no model
     return scorer.score_all(None, rows)
 
 

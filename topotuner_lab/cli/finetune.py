@@ -18,7 +18,7 @@ def _cmd_finetune(args: argparse.Namespace) -> None:
     refuse_overwrite({"profile card": cfg.profile}, {"run folder": cfg.output_dir})
     res = run_finetune(load_model(args.model), cfg)
     print(
-        f"{cfg.method} on {cfg.task}: test accuracy {res['test_accuracy']:.3f}, {res['epochs_run']} epoch(s), "
+        f"{cfg.method} on {cfg.task}: test {res['metric']} {res['test_accuracy']:.3f}, {res['epochs_run']} epoch(s), "
         f"{res['seconds_per_epoch']:.1f} s/epoch; results in {cfg.output_dir}/results.json"
     )
 

@@ -217,6 +217,52 @@ def rank_agreement_heatmap(matrix: pd.DataFrame, title: str = "Rank agreement be
     return fig
 
 
+def transfer_matrix_heatmap(matrix: pd.DataFrame, title: str = "Card score minus the baselines'") -> go.Figure:
+    """Prior-family x target-family heatmaps of the card's score minus full FT's and minus LoRA's (a transfer matrix).
+
+    ``matrix`` has the columns of :func:`topotuner_lab.study.matrix.transfer_matrix`; each target is scored on its own
+    metric (named under its column). The colour scale is diverging and symmetric (white at 0: as good as the
+    baseline); a missing baseline is left blank.
+    """
+    rows = list(dict.fromkeys(f"{p} ({f})" for p, f in zip(matrix["prior"], matrix["prior_family"])))
+    cols = list(
+        dict.fromkeys(f"{t} ({f}, {m})" for t, f, m in zip(matrix["target"], matrix["target_family"], matrix["metric"]))
+    )
+    diffs = ("card_minus_full", "card_minus_lora")
+    extent = float(np.nanmax(np.abs(matrix[list(diffs)].to_numpy(dtype=float)))) if len(matrix) else 0.0
+    extent = extent if np.isfinite(extent) and extent > 0 else 1.0
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("card - full FT", "card - LoRA"), horizontal_spacing=0.15)
+    for index, column in enumerate(diffs, start=1):
+        grid = pd.DataFrame(np.nan, index=rows, columns=cols)
+        for _, r in matrix.iterrows():
+            grid.loc[f"{r['prior']} ({r['prior_family']})", f"{r['target']} ({r['target_family']}, {r['metric']})"] = r[
+                column
+            ]
+        z = grid.to_numpy(dtype=float)
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                x=cols,
+                y=rows,
+                zmin=-extent,
+                zmax=extent,
+                zmid=0,
+                colorscale="RdBu",
+                text=[["" if np.isnan(v) else f"{v:+.3f}" for v in row] for row in z],
+                texttemplate="%{text}",
+                showscale=index == 2,
+                colorbar=dict(title="difference"),
+                hovertemplate="%{y} -> %{x}: %{z:+.3f}<extra></extra>",
+            ),
+            row=1,
+            col=index,
+        )
+    fig.update_layout(
+        title=title, template="plotly_white", width=max(900, 260 * len(cols)), height=260 + 70 * len(rows)
+    )
+    return fig
+
+
 def transfer_gradients(check: TransferCheck, title: str | None = None) -> go.Figure:
     """The transfer check per matrix, the card's picks marked.
 

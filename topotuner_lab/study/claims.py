@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from topotuner_lab._io.errors import TaskError
 from topotuner_lab.study.plan import DEFAULT_RECIPE, with_key_columns
 from topotuner_lab.study.stats import (
     INCONCLUSIVE,
@@ -27,6 +28,7 @@ from topotuner_lab.study.stats import (
     two_way_bootstrap,
     verdict,
 )
+from topotuner_lab.tasks.specs import get_task
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
 
 #: accuracy a card may lose to full fine-tuning and still count as competitive (non-inferiority margin)
@@ -97,6 +99,15 @@ def _result(
     )
 
 
+def _scored(where: str | pd.DataFrame) -> str:
+    """``test <metric>`` of a target task (or of a group of runs on one target): what its claims compare."""
+    task = where if isinstance(where, str) else str(where["target"].iloc[0])
+    try:
+        return f"test {get_task(task).metric_label}"
+    except TaskError:  # a spec file that is gone: its results still hold the task's primary metric
+        return "test score"
+
+
 def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]]) -> list[ClaimResult]:
     """Every claim for every (prior, target) setting of ``results``.
 
@@ -124,7 +135,7 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
                 _result(
                     "competitive with full fine-tuning",
                     setting,
-                    f"{best} - full (test accuracy)",
+                    f"{best} - full ({_scored(target)})",
                     paired(group, best, "full"),
                     -COMPETITIVE_MARGIN,
                 )
@@ -146,7 +157,7 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
                     _result(
                         "beats LoRA at a matched budget",
                         setting,
-                        f"{card} - {lora} (test accuracy)",
+                        f"{card} - {lora} ({_scored(target)})",
                         paired(group, card, lora),
                         0.0,
                     )
@@ -161,7 +172,7 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
                 _result(
                     "topology beats the controls (not a paper claim)",
                     setting,
-                    f"{best} - {control} (test accuracy)",
+                    f"{best} - {control} ({_scored(target)})",
                     paired(group, best, control),
                     0.0,
                 )
@@ -256,7 +267,7 @@ def _thesis_claims(
                 _result(
                     "high drift beats low drift (the thesis)",
                     setting,
-                    f"{a} - {b} (test accuracy)",
+                    f"{a} - {b} ({_scored(group)})",
                     paired(group, a, b),
                     0.0,
                 )
@@ -288,7 +299,7 @@ def _selector_claims(
                 _result(
                     "topology beats the field's selectors (not a paper claim)",
                     setting,
-                    f"{name} - {other} (test accuracy)",
+                    f"{name} - {other} ({_scored(group)})",
                     paired(group, name, other),
                     0.0,
                 )

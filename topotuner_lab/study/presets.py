@@ -149,17 +149,10 @@ class Preset(Config):
 
 
 def _tiny_run(**kw: object) -> FinetuneConfig:
-    return FinetuneConfig(
-        n_train=16,
-        n_test=16,
-        n_ood=8,
-        n_ppl=4,
-        batch_size=8,
-        max_length=48,
-        learning_rate=1e-3,
-        save_checkpoints=False,
-        **kw,  # type: ignore[arg-type]
+    sizes: dict[str, object] = dict(
+        n_train=16, n_test=16, n_ood=8, n_ppl=4, batch_size=8, max_length=48, learning_rate=1e-3, save_checkpoints=False
     )
+    return FinetuneConfig(**(sizes | kw))  # type: ignore[arg-type]
 
 
 PRESETS: dict[str, Preset] = {
@@ -192,6 +185,23 @@ PRESETS: dict[str, Preset] = {
         lr_grid={"profile": (1e-2,)},
         prior=_tiny_run(epochs=2),
         target=_tiny_run(epochs=1, n_val=8, observe_only=True),
+    ),
+    # CI: the task families in miniature (issue 20): priors of two families (math, QA) and one target of each task
+    # type, loader, trainer path and metric: label likelihood (BoolQ), ROUGE (DialogSum), pass@1 in the sandbox
+    # (MBPP), reranking (SciFact) and IFEval's verifiers (trained on Alpaca)
+    "families-tiny": Preset(
+        model="tiny-llama",
+        prior_tasks=("gsm8k", "squad"),
+        target_tasks=("boolq", "dialogsum", "mbpp", "scifact", "ifeval"),
+        budgets=(0.1,),
+        strategies=("high-drift",),
+        seeds=(0,),
+        constant_lr=(),
+        transfer_rows=4,
+        lr_grid={"full": (1e-3,), "lora": (1e-2,), "profile": (1e-2,)},
+        lr_extend=0,
+        prior=_tiny_run(epochs=1, n_train=8, n_test=4, max_length=96),
+        target=_tiny_run(epochs=1, n_train=8, n_val=4, n_test=4, max_length=96, observe_only=True),
     ),
     "compare": Preset(seeds=(0,), lr_grid={"full": (3e-5,), "lora": (3e-4,), "profile": (2e-4,)}, constant_lr=()),
     # Sized for about 1.5 h on 2 CPU cores: one transfer (AG News prior -> SST-2, tested on all 872 GLUE validation

@@ -93,7 +93,8 @@ class Progress:
         eta = ""
         if self.computed_seconds and left:
             eta = f", about {left * sum(self.computed_seconds) / len(self.computed_seconds) / 60:.0f} min left"
-        self.log(f"[{self.done}/{self.planned}] {label}: test accuracy {result['test_accuracy']:.3f}{eta}")
+        score = f"test {result.get('metric', 'acc')} {result['test_accuracy']:.3f}"
+        self.log(f"[{self.done}/{self.planned}] {label}: {score}{eta}")
         return result
 
 
@@ -545,7 +546,8 @@ def summary_row(spec: RunSpec, res: RunResults, selected: bool, run_dir: Path) -
         "selected": selected,
         "val_acc": res.get("val_accuracy"),
         "val_logloss": res.get("val_logloss"),
-        "test_acc": res["test_accuracy"],
+        "test_acc": res["test_accuracy"],  # the target's primary metric (named in "metric"), accuracy or another
+        "metric": res.get("metric", "acc"),
         "train_acc": res["train_accuracy"],
         "gap": res["train_test_gap"],
         "ood_acc_before": res["ood_accuracy_before"],

@@ -30,6 +30,7 @@ Tokenizing and indexing the 5,183 documents takes about 0.6 s on one CPU core, s
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,6 +186,7 @@ def bm25_candidates(
     doc_ids = sorted(corpus)
     stemmer = Stemmer.Stemmer("english")
     texts = [f"{corpus[d].get('title', '')} {corpus[d].get('text', '')}".strip() for d in doc_ids]
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # its index build logs at DEBUG under a verbose root logger
     retriever = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
     retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
     query_ids = list(queries)

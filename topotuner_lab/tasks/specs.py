@@ -218,9 +218,7 @@ class TaskSpec(Config):
         "trains on alpaca: this spec's own rows are its test rows",
         check=optional(_TEXT),
     )
-    candidates: int = opt(
-        20, "ranking only: the BM25 candidates per query the model reranks", check=POSITIVE_INT
-    )
+    candidates: int = opt(20, "ranking only: the BM25 candidates per query the model reranks", check=POSITIVE_INT)
     metadata: dict[str, Any] = opt({}, "free notes (version, source, license); recorded, not read", check=_MAPPING)
 
     def check(self) -> None:
@@ -401,6 +399,11 @@ class TaskSpec(Config):
     def max_gen_toks(self) -> int:
         """The most tokens generated for an answer (``generation_kwargs.max_gen_toks``)."""
         return int(self.generation_kwargs.get("max_gen_toks", GENERATION_DEFAULTS["max_gen_toks"]))
+
+    @property
+    def metric_label(self) -> str:
+        """How reports name the primary metric: ``accuracy`` for ``acc``, else the metric's own name."""
+        return "accuracy" if self.metric == "acc" else self.metric
 
     @property
     def metrics(self) -> tuple[str, ...]:

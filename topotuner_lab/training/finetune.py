@@ -22,6 +22,7 @@ from transformers import TrainerCallback
 
 from topotuner_lab._io.errors import ProfileError, TopoTunerError
 from topotuner_lab.profiles.card import ProfileCard
+from topotuner_lab.tasks.specs import get_task
 from topotuner_lab.training.callbacks import EpochClock, EpochEvaluation, EpochSnapshots, epoch_snapshot_path
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import RunData, capped_counts, load_run_data, used_counts
@@ -227,7 +228,8 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
         TaskScorer(cfg.task, tokenizer, cfg.max_length),
         TaskScorer(data.ood_task, tokenizer, cfg.max_length),
     )
-    score_val = score.with_logloss
+    # train and validation rows are the training task's (train_task: e.g. IFEval trains on Alpaca), scored on its metric
+    score_val = TaskScorer(get_task(cfg.task).train_task or cfg.task, tokenizer, cfg.max_length).with_logloss
     before = _pretrained_scores(loaded, cfg, data, score_ood)
     model, info = prepare_model(loaded, cfg, card)
     callbacks, threshold = _callbacks(cfg, card, score, data, score_val)

@@ -120,8 +120,9 @@ def collect_results(
 ) -> RunResults:
     """Accuracy (train, validation, test), forgetting, time and the early-stopping record of a finished run.
 
-    ``score_val(model, rows)`` -> (per-row correctness, mean log-loss or None) scores the validation rows; without
-    it they get ``score`` and no log-loss.
+    ``score_val(model, rows)`` -> (per-row correctness, mean log-loss or None) scores the validation rows and a
+    sample of the training rows (the training task's metric: a ``train_task`` spec's own rows are only tested);
+    without it they get ``score`` and no log-loss.
     """
     model, tokenizer = trainer.model, loaded.tokenizer
     assert model is not None  # a Trainer is built with its model
@@ -132,6 +133,8 @@ def collect_results(
     test_correct, ood_correct = primary_values(test_metrics[score.metric]), score_ood(model, data.ood)
     stopper = next((c for c in trainer.callback_handler.callbacks if isinstance(c, TopologicalEarlyStopping)), None)
     stop_epoch = stopper.stop_epoch if stopper else None
+    train_rows = data.train.select(range(min(len(data.train), cfg.n_test)))
+    train_scored = score_val(model, train_rows)[0] if score_val else score(model, train_rows)
     val_correct, val_logloss = None, None
     if data.val is not None:
         val_correct, val_logloss = score_val(model, data.val) if score_val else (score(model, data.val), None)
@@ -158,7 +161,7 @@ def collect_results(
         "epoch_seconds": epoch_seconds,
         "train_seconds": sum(epoch_seconds),
         "seconds_per_epoch": sum(epoch_seconds) / max(1, len(epoch_seconds)),
-        "train_accuracy": accuracy(score(model, data.train.select(range(min(len(data.train), cfg.n_test))))),
+        "train_accuracy": accuracy(train_scored),
         "val_accuracy": accuracy(val_correct) if val_correct is not None else None,
         "val_logloss": val_logloss,
         "val_source": data.val_source,

@@ -111,15 +111,23 @@ class TaskScorer:
         return self.spec.metric
 
     def answers(self, model: torch.nn.Module, ds: Any) -> list[str]:
-        """The greedy answers to the rows' prompts, cut at the spec's stop strings."""
+        """The greedy answers to the rows' prompts, cut at the spec's stop strings.
+
+        Within the model's context: a model of fewer positions than the prompt and ``max_gen_toks`` need gets fewer
+        new tokens (at least one), the prompt keeping its ``max_length``.
+        """
+        new = self.spec.max_gen_toks
+        context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        if isinstance(context, int):
+            new = max(1, min(new, context - self.max_length))
         return generate(
             model,
             self.tokenizer,
             list(ds["prompt"]),
-            max_new_tokens=self.spec.max_gen_toks,
+            max_new_tokens=new,
             stop=self.spec.until,
             batch_size=self.batch_size,
-            max_length=self.max_length + self.spec.max_gen_toks,
+            max_length=self.max_length + new,
             progress=self.progress,
         )
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from topotuner_lab.lab.plots import drift_heatmaps, save_figure
+import pandas as pd
+
+from topotuner_lab.lab.plots import drift_heatmaps, save_figure, transfer_matrix_heatmap
 from topotuner_lab.lab.report.inputs import ModelDrift
 
 HEATMAP_COLUMNS = ["h0_w1", "h1_w1", "rel_frobenius"]
@@ -29,3 +31,10 @@ def export_drift_figures(model: ModelDrift, main: bool, folder: Path, report: st
         save_figure(drift_heatmaps(table, HEATMAP_COLUMNS, title=title), folder / stem)
         paths[prior] = f"{folder.name}/{stem}.png"
     return paths
+
+
+def export_matrix_figure(matrix: pd.DataFrame, folder: Path, report: str = "results") -> str:
+    """Write the transfer matrix heatmaps into ``folder``; the PNG path relative to the report."""
+    stem = f"{report}_transfer_matrix"
+    save_figure(transfer_matrix_heatmap(matrix), folder / stem)
+    return f"{folder.name}/{stem}.png"

@@ -371,3 +371,28 @@ def transfer_section(records: list[dict[str, Any]]) -> str:
         + "\n\n"
         + "".join(f"- {r['verdict']}\n" for r in records)
     )
+
+
+def transfer_matrix_section(matrix: pd.DataFrame, figure: str | None) -> str:
+    """The transfer matrix across task families: per prior x target, card minus full FT and minus LoRA."""
+    if len(matrix) < 2:
+        return ""
+    shown = matrix.assign(
+        target=[f"{t} \u2020" if nc else t for t, nc in zip(matrix["target"], matrix["non_commercial"])]
+    ).drop(columns=["non_commercial"])
+    note = (
+        "\n\n\u2020 non-commercial data (research use only): DialogSum CC BY-NC-SA 4.0, Alpaca CC BY-NC 4.0.\n"
+        if matrix["non_commercial"].any()
+        else "\n"
+    )
+    picture = f"\n\n![transfer matrix]({figure})" if figure else ""
+    return (
+        "\n## Transfer across task families\n\nPer prior and target, the mean test score over seeds of the card "
+        "(the pre-specified high-drift card, default recipe), full FT and LoRA at their chosen rates, each target on "
+        "its own metric, and the card's differences from both (positive: the card scores higher). Intervals for the "
+        "same differences are in the claims above.\n\n"
+        + shown.to_markdown(index=False, floatfmt=".3f")
+        + note
+        + picture
+        + "\n"
+    )
