@@ -173,6 +173,28 @@ def test_further_recipes_add_arms_of_the_topology_strategies_only():
 
 
 @pytest.mark.slow
+def test_reproduce_families_tiny_scores_every_task_type_on_its_own_metric(tmp_path):
+    out = tmp_path / "fam"
+    assert main(["reproduce", "--preset", "families-tiny", "-o", str(out)]) == 0
+    results = pd.read_csv(out / "results.csv")
+    assert results.drop_duplicates("target").set_index("target")["metric"].to_dict() == {
+        "boolq": "acc",
+        "dialogsum": "rougeL",
+        "mbpp": "pass@1",
+        "scifact": "ndcg@10",
+        "ifeval": "prompt_level_strict_acc",
+    }
+    assert len(results) == 2 * 5 * 3 and results["test_acc"].between(0, 1).all()
+    run = json.loads(next(out.glob("runs/prior-gsm8k/dialogsum/seed0/full/*/results.json")).read_text())
+    assert set(run["test_example_metrics"]) == {"rougeL", "rouge1", "rouge2"} and len(run["test_correct"]) == 4
+    assert run["test_metrics"]["rougeL"] == pytest.approx(run["test_accuracy"])
+    report = (out / "RESULTS.md").read_text()
+    assert "## Transfer across task families" in report and "| dialogsum \u2020 |" in report
+    assert "(test rougeL)" in report and "(test ndcg@10)" in report and "(test accuracy)" in report
+    assert (out / "figures" / "results_transfer_matrix.html").is_file()
+
+
+@pytest.mark.slow
 def test_reproduce_tiny_selectors_runs_every_selector_both_recipes_and_the_drift_claims(tmp_path):
     out = tmp_path / "sel"
     assert main(["reproduce", "--preset", "tiny-selectors", "-o", str(out)]) == 0

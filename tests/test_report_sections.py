@@ -568,3 +568,52 @@ def test_setup_section_prints_the_test_rows_scored_not_the_count_asked_for():
     text = sections.setup_section(preset, 9, 9, _results(), test_rows=872)
     assert "872 test examples (all the split holds; the preset asked for 1000)" in text
     assert "1000 test examples" in sections.setup_section(preset, 9, 9, _results())
+
+
+def _family_runs() -> pd.DataFrame:
+    rows = []
+    for prior in ("gsm8k", "squad"):
+        for target, metric in (("boolq", "acc"), ("dialogsum", "rougeL")):
+            for seed in (0, 1):
+                for run, method, strategy, budget, score in (
+                    ("full", "full", None, None, 0.60),
+                    ("profile:high-drift@0.01", "profile", "high-drift", 0.01, 0.55 + 0.1 * seed),
+                    ("profile:random@0.01", "profile", "random", 0.01, 0.99),
+                    ("lora@0.01", "lora", None, 0.01, 0.50),
+                ):
+                    rows.append(
+                        dict(prior=prior, target=target, seed=seed, run=run, method=method, strategy=strategy,
+                             budget=budget, recipe="default", lr=1e-3, schedule="linear", selected=True,
+                             val_acc=0.5, test_acc=score, metric=metric)
+                    )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_transfer_matrix_takes_the_pre_specified_card_against_each_baseline_on_the_target_metric():
+    from topotuner_lab.study.matrix import transfer_matrix
+
+    matrix = transfer_matrix(_family_runs())
+    assert list(zip(matrix["prior"], matrix["target"])) == [
+        ("gsm8k", "boolq"),
+        ("gsm8k", "dialogsum"),
+        ("squad", "boolq"),
+        ("squad", "dialogsum"),
+    ]
+    assert matrix["card"].tolist() == pytest.approx([0.6] * 4)  # the high-drift card's mean over seeds, not random's
+    assert matrix["card_minus_full"].tolist() == pytest.approx([0.0] * 4)
+    assert matrix["card_minus_lora"].tolist() == pytest.approx([0.1] * 4)
+    assert matrix["metric"].tolist() == ["acc", "rougeL"] * 2 and matrix["seeds"].tolist() == [2] * 4
+    assert matrix["non_commercial"].tolist() == [False, True] * 2
+    assert matrix["target_family"].tolist() == ["question answering", "summarization"] * 2
+
+
+def test_transfer_matrix_section_marks_non_commercial_targets_and_needs_two_settings():
+    from topotuner_lab.lab.report.sections import transfer_matrix_section
+    from topotuner_lab.study.matrix import transfer_matrix
+
+    matrix = transfer_matrix(_family_runs())
+    text = transfer_matrix_section(matrix, "figures/m.png")
+    assert "## Transfer across task families" in text and "| dialogsum \u2020 |" in text
+    assert "non-commercial data" in text and "![transfer matrix](figures/m.png)" in text
+    assert transfer_matrix_section(matrix.iloc[:1], None) == ""
+    assert "\u2020" not in transfer_matrix_section(matrix[matrix["target"] == "boolq"], None)

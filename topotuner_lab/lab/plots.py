@@ -231,7 +231,9 @@ def transfer_matrix_heatmap(matrix: pd.DataFrame, title: str = "Card score minus
     diffs = ("card_minus_full", "card_minus_lora")
     extent = float(np.nanmax(np.abs(matrix[list(diffs)].to_numpy(dtype=float)))) if len(matrix) else 0.0
     extent = extent if np.isfinite(extent) and extent > 0 else 1.0
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("card - full FT", "card - LoRA"), horizontal_spacing=0.15)
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("card - full FT", "card - LoRA"), shared_yaxes=True, horizontal_spacing=0.04
+    )
     for index, column in enumerate(diffs, start=1):
         grid = pd.DataFrame(np.nan, index=rows, columns=cols)
         for _, r in matrix.iterrows():
