@@ -5,16 +5,17 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from topotuner_lab._io.errors import ParameterError, ProfileError
+from topotuner_lab._io.errors import ParameterError, ProfileError, TaskError
 from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.lab import plots, workbench
-from topotuner_lab.lab.widgets import ProfileBuilder, ProjectionPicker, table_recipe
+from topotuner_lab.lab.widgets import ProfileBuilder, ProjectionPicker, table_recipe, task_picker
 from topotuner_lab.profiles.apply import identity_of
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.study.workspace import WorkDir
+from topotuner_lab.tasks.specs import TASKS
 from topotuner_lab.topology.persistence import diagrams
 from topotuner_lab.training.transfer import CLOSE, TransferCheck
 from topotuner_lab.weights.snapshot import perturb_snapshot, save_snapshot
@@ -297,3 +298,70 @@ def test_save_figure_keeps_dots_in_a_stem(tmp_path, table):
         plots.drift_heatmaps(table, ["h0_w1"]), tmp_path / "drift_qwen2.5-coder-0.5b_agnews", png=False
     )
     assert files == [tmp_path / "drift_qwen2.5-coder-0.5b_agnews.html"] and files[0].is_file()
+
+
+REVIEWS_SPEC = """\
+task: my-reviews
+output_type: multiple_choice
+doc_to_text: "Review: {{ sentence | trim }}\\nSentiment:"
+doc_to_target: label
+doc_to_choice: [negative, positive]
+metric_list:
+  - metric: acc
+data_files:
+  train: reviews.tsv
+  test: reviews.tsv
+"""
+
+
+def _reviews_spec(folder: Path, text: str = REVIEWS_SPEC) -> Path:
+    (folder / "reviews.tsv").write_text("sentence\tlabel\na dull film\t0\na lovely film\t1\n")
+    spec = folder / "reviews.yaml"
+    spec.write_text(text)
+    return spec
+
+
+def test_task_picker_lists_the_built_in_tasks_with_how_they_are_scored():
+    seen = []
+    picker = task_picker(on_change=seen.append)
+    assert [name for _, name in picker.builtin.options] == list(TASKS)
+    assert picker.value == next(iter(TASKS)) and picker.path.value == ""
+    for label, name in picker.builtin.options:
+        assert label.startswith(name) and TASKS[name].output_type in label and TASKS[name].metric in label
+    other = list(TASKS)[1]
+    picker.builtin.value = other
+    assert picker.value == other and picker.spec is TASKS[other] and seen == [other]
+    assert TASKS[other].output_type in picker.info.value and picker.status.value == ""
+    assert task_picker("gsm8k").value == "gsm8k"
+
+
+def test_task_picker_accepts_a_spec_file(tmp_path):
+    spec = _reviews_spec(tmp_path)
+    seen = []
+    picker = task_picker("sst2", on_change=seen.append)
+    picker.path.value = str(spec)
+    assert picker.value == str(spec) and seen == [str(spec)] and picker.error is None
+    assert picker.spec.task == "my-reviews" and "my-reviews" in picker.info.value and picker.status.value == ""
+    picker.builtin.value = "agnews"  # a built-in replaces the path
+    assert picker.value == "agnews" and picker.path.value == "" and seen[-1] == "agnews"
+    started = task_picker(spec)  # a path parameter (papermill, CLI) starts in the path box
+    assert started.value == str(spec) and started.path.value == str(spec) and started.spec.task == "my-reviews"
+
+
+def test_task_picker_shows_a_bad_spec_and_keeps_its_value(tmp_path):
+    bad = _reviews_spec(tmp_path, REVIEWS_SPEC.replace("multiple_choice", "loglikelihood"))
+    seen = []
+    picker = task_picker("sst2", on_change=seen.append)
+    picker.path.value = str(bad)
+    assert picker.value == "sst2" and picker.spec is TASKS["sst2"] and seen == []
+    assert isinstance(picker.error, TaskError) and "output_type" in picker.error.problem
+    assert "output_type" in picker.status.value and "Traceback" not in picker.status.value
+    assert "still using sst2" in picker.status.value
+    picker.path.value = str(tmp_path / "missing.yaml")
+    assert "does not exist" in picker.status.value and picker.value == "sst2"
+    picker.path.value = "mnli"
+    assert "unknown task &#x27;mnli&#x27;" in picker.status.value and picker.value == "sst2"
+    picker.path.value = ""  # cleared: back to the dropdown's task, error gone
+    assert picker.value == "sst2" and picker.status.value == "" and picker.error is None
+    with pytest.raises(TaskError, match="unknown task 'mnli'"):
+        task_picker("mnli")  # a bad parameter fails loudly: a notebook must not run another task

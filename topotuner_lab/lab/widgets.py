@@ -1,12 +1,14 @@
-"""Reusable ipywidgets components: a projection picker and the live profile builder.
+"""Reusable ipywidgets components: a projection picker, a task picker and the live profile builder.
 
-Both work without a browser: set ``.value`` of their controls in Python and read the result
-(``picker.pid``, ``builder.card``), which is how the tests drive them.
+All work without a browser: set ``.value`` of their controls in Python and read the result
+(``picker.pid``, ``tasks.value``, ``builder.card``), which is how the tests drive them.
 """
 
 from __future__ import annotations
 
+import html
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -15,13 +17,14 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from topotuner_lab._io import atomic
-from topotuner_lab._io.errors import ParameterError, ProfileError, TopoTunerError
+from topotuner_lab._io.errors import ParameterError, ProfileError, TaskError, TopoTunerError
 from topotuner_lab.drift import columns
 from topotuner_lab.drift.noise import NoiseCheck, noise_check
 from topotuner_lab.drift.settings import RECIPES, DriftSettings
 from topotuner_lab.lab.plots import drift_heatmaps, update_figure_widget
 from topotuner_lab.profiles.card import DEFAULT_NORMALIZATION, NORMALIZATIONS, STRATEGIES, ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.tasks.specs import TASKS, TaskSpec, get_task
 from topotuner_lab.weights.projections import parse_pid
 
 
@@ -47,6 +50,113 @@ class ProjectionPicker(w.HBox):
     def _changed(self, _change: object) -> None:
         if self._on_change:
             self._on_change(self.pid)
+
+
+def task_label(spec: TaskSpec) -> str:
+    """A task's option label: its name, output type and metric (``sst2 — multiple_choice, acc``)."""
+    return f"{spec.task} — {spec.output_type}, {spec.metric}"
+
+
+def task_summary(spec: TaskSpec) -> str:
+    """One line on a task: how it is scored (label words or generation length) and where its rows are."""
+    if spec.output_type == "multiple_choice":
+        scoring = f"the likelihood of {' / '.join(spec.doc_to_choice)}"
+    else:
+        scoring = f"greedy generation (up to {spec.max_gen_toks} tokens)"
+    sources = [f"local {', '.join(spec.data_files)}"] if spec.data_files else []
+    sources += [f"hub {spec.dataset_path}"] if spec.dataset_path else []
+    return f"{spec.task}: {spec.output_type} scored by {spec.metric} on {scoring}; data: {' or '.join(sources)}"
+
+
+class TaskPicker(w.VBox):
+    """A built-in task (:data:`~topotuner_lab.tasks.specs.TASKS`) from a dropdown, or a task spec file by its path.
+
+    ``value`` is the chosen built-in name, or the typed path once :func:`~topotuner_lab.tasks.specs.get_task` reads
+    it; a bad spec file shows its problem and fix and leaves ``value`` as it was. Choosing a built-in clears the path.
+    """
+
+    def __init__(
+        self, value: str | os.PathLike[str] | None = None, on_change: Callable[[str], None] | None = None
+    ) -> None:
+        names = list(TASKS)  # read now: built-in tasks are spec files, so the list grows with the folder
+        if not names:
+            raise TaskError("no built-in task specs were found", "reinstall topotuner_lab (tasks/builtin/*.yaml)")
+        initial = os.fspath(value) if value is not None else names[0]
+        spec = get_task(initial)  # a bad parameter (papermill, CLI) fails loudly, as the task it names would
+        self.builtin = w.Dropdown(
+            options=[(task_label(TASKS[n]), n) for n in names],
+            value=initial if initial in TASKS else names[0],
+            description="task",
+            layout=w.Layout(width="32em"),
+        )
+        self.path = w.Text(
+            value="" if initial in TASKS else initial,
+            placeholder="or the path of a .yaml task spec file (Enter to check it)",
+            description="spec file",
+            continuous_update=False,
+            layout=w.Layout(width="32em"),
+        )
+        self.info = w.HTML()
+        self.status = w.HTML()
+        self.error: TaskError | None = None
+        self._value, self._spec, self._on_change = initial, spec, on_change
+        self._show(spec)
+        super().__init__([self.builtin, self.path, self.info, self.status])
+        self.builtin.observe(self._builtin_changed, names="value")
+        self.path.observe(self._path_changed, names="value")
+
+    @property
+    def value(self) -> str:
+        """The chosen task: a built-in name or the path of a spec file (what ``get_task`` and the notebooks take)."""
+        return self._value
+
+    @property
+    def spec(self) -> TaskSpec:
+        """The chosen task's spec."""
+        return self._spec
+
+    def _show(self, spec: TaskSpec) -> None:
+        self.info.value = f"<span style='color:#555'>{html.escape(task_summary(spec))}</span>"
+
+    def _accept(self, value: str, spec: TaskSpec) -> None:
+        changed = value != self._value
+        self._value, self._spec, self.error = value, spec, None
+        self.status.value = ""
+        self._show(spec)
+        if changed and self._on_change:
+            self._on_change(value)
+
+    def _builtin_changed(self, change: object) -> None:
+        if self.path.value.strip():
+            self.path.value = ""  # its observer accepts the dropdown's task
+        else:
+            self._accept(self.builtin.value, TASKS[self.builtin.value])
+
+    def _path_changed(self, change: object) -> None:
+        typed = self.path.value.strip()
+        if not typed:
+            self._accept(self.builtin.value, TASKS[self.builtin.value])
+            return
+        try:
+            spec = get_task(typed)
+        except TaskError as exc:
+            self.error = exc
+            self.status.value = (
+                f"<b style='color:#b00'>{html.escape(exc.problem)}</b> — {html.escape(exc.fix)}"
+                f"<br><span style='color:#555'>still using {html.escape(self._value)}</span>"
+            )
+            return
+        self._accept(typed, spec)
+
+
+def task_picker(
+    value: str | os.PathLike[str] | None = None, on_change: Callable[[str], None] | None = None
+) -> TaskPicker:
+    """A :class:`TaskPicker` starting at ``value`` (a built-in name or a spec path; default: the first built-in).
+
+    A bad ``value`` raises :class:`~topotuner_lab._io.errors.TaskError`; ``on_change`` gets each newly chosen value.
+    """
+    return TaskPicker(value, on_change)
 
 
 #: the drift table and its noise tables (the noise floor) of a named recipe, computed or loaded when asked
