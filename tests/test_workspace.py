@@ -439,3 +439,20 @@ def test_finetune_once_a_run_with_epoch_snapshots_serves_a_config_without(tmp_pa
     finetune_once(tiny_llama, FinetuneConfig(output_dir=str(out), epochs=2, save_epoch_snapshots=True))
     assert finetune_once(tiny_llama, FinetuneConfig(output_dir=str(out), epochs=2))["test_accuracy"] == 0.51
     assert len(runs) == 1
+
+
+def test_a_spec_file_task_names_folders_by_its_task_field(tmp_path):
+    from topotuner_lab.study.workspace import WorkDir, task_tag
+
+    spec = tmp_path / "specs" / "reviews.yaml"
+    spec.parent.mkdir()
+    (tmp_path / "specs" / "rows.tsv").write_text("review\tlabel\nfine\t1\nbad\t0\n")
+    spec.write_text(
+        "task: my-reviews\noutput_type: multiple_choice\ndoc_to_text: '{{ review }} ->'\ndoc_to_target: label\n"
+        "doc_to_choice: [bad, good]\ndata_files: {train: rows.tsv, test: rows.tsv}\n"
+    )
+    assert task_tag(str(spec)) == "my-reviews" and task_tag("sst2") == "sst2"
+    work = WorkDir(tmp_path / "work")
+    assert work.prior_run(str(spec)) == tmp_path / "work" / "prior-my-reviews"
+    assert work.drift_table(str(spec)).name == "drift-my-reviews.parquet"
+    assert work.target_run(str(spec), "sst2/seed0", "full").parent.parent.parent.name == "prior-my-reviews"

@@ -47,6 +47,7 @@ from topotuner_lab.study.workspace import (
     noise_tables_once,
     reuse_or_compute,
     snapshot_once,
+    task_tag,
 )
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.results import RunResults
@@ -193,14 +194,14 @@ def _cards_for_prior(
         per_kind = RECIPE_CARDS[recipe][1]
         for target in targets:
             ranked = table
-            name = f"{prior}-{strategy}" + ("" if recipe == DEFAULT_RECIPE else f"-{recipe}")
+            name = f"{task_tag(prior)}-{strategy}" + ("" if recipe == DEFAULT_RECIPE else f"-{recipe}")
             if target is not None:
                 if target not in gradients:
                     log(f"gradient of {target} at the pretrained weights ({preset.transfer_rows} rows)")
                     gradients[target] = with_gradient_signal(
                         table, loaded, target, TransferCheckSettings(n_rows=preset.transfer_rows or 128)
                     )
-                ranked, name = gradients[target], f"{name}-{target}"
+                ranked, name = gradients[target], f"{name}-{task_tag(target)}"
             path = work.card(f"{name}-{budget:g}")
             build_profile(
                 ranked,
@@ -247,7 +248,7 @@ def _stratified_controls(
     for budget in preset.budgets:
         composition = kind_composition(ProfileCard.load(cards[CardKey(prior, topology, budget)]))
         for seed in preset.seeds:
-            path = work.card(f"{prior}-random-seed{seed}-{budget:g}")
+            path = work.card(f"{task_tag(prior)}-random-seed{seed}-{budget:g}")
             build_profile(
                 table,
                 identity,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from topotuner_lab._io.errors import TopoTunerError
+from topotuner_lab.tasks.specs import TASKS, get_task
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,6 +28,13 @@ if TYPE_CHECKING:
     from topotuner_lab.weights.snapshot import Snapshot
 
 T = TypeVar("T")
+
+
+def task_tag(task: str) -> str:
+    """A task as file and folder names show it: a built-in task's name, a spec file's ``task`` field (not its path)."""
+    if task in TASKS or not (task.lower().endswith((".yaml", ".yml")) or "/" in task or os.sep in task):
+        return task
+    return get_task(task).name
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,7 @@ class WorkDir:
 
     def prior_run(self, task: str) -> Path:
         """The full fine-tune on a prior task whose drift ranks the projections."""
-        return self.root / f"prior-{task}"
+        return self.root / f"prior-{task_tag(task)}"
 
     def finetuned(self, task: str) -> Path:
         """The snapshot after the full fine-tune on a prior task."""
@@ -53,7 +61,7 @@ class WorkDir:
 
     def drift_table(self, task: str) -> Path:
         """The drift table of a prior task (pretrained against its fine-tune)."""
-        return self.root / f"drift-{task}.parquet"
+        return self.root / f"drift-{task_tag(task)}.parquet"
 
     def epoch_drift_table(self, task: str, epoch: int) -> Path:
         """The drift table of a prior task's run after ``epoch`` (in a folder :meth:`drift_tables` does not list)."""
@@ -83,7 +91,7 @@ class WorkDir:
 
     def compare_run(self, task: str, method: str) -> Path:
         """The run folder of ``method`` in the side-by-side comparison of methods on ``task``."""
-        return self.root / "compare" / task / method
+        return self.root / "compare" / task_tag(task) / method
 
     def model(self, name: str) -> WorkDir:
         """The work folder of a further model (drift only) inside this one."""
@@ -107,7 +115,7 @@ class WorkDir:
 
     def transfer_check(self, prior: str, target: str, budget: float) -> Path:
         """The transfer check recorded for a card's transfer from ``prior`` to ``target`` at ``budget``."""
-        return self.root / "transfer" / f"{prior}-{target}-{budget:g}.json"
+        return self.root / "transfer" / f"{task_tag(prior)}-{task_tag(target)}-{budget:g}.json"
 
     def transfer_checks(self) -> list[Path]:
         """The transfer checks recorded, sorted."""
@@ -115,7 +123,7 @@ class WorkDir:
 
     def target_run(self, prior: str, tag: str, name: str) -> Path:
         """A comparison run's folder: by prior, then ``tag``, then the run's name (``:`` and ``@`` made path-safe)."""
-        return self.root / "runs" / f"prior-{prior}" / tag / name.replace(":", "-").replace("@", "-")
+        return self.root / "runs" / f"prior-{task_tag(prior)}" / tag / name.replace(":", "-").replace("@", "-")
 
     @property
     def results(self) -> Path:
