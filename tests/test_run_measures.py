@@ -254,3 +254,20 @@ def test_results_without_the_new_fields_still_load(tmp_path):
     loaded = load_results(path)
     assert loaded == old
     assert all(loaded.get(key) is None for key in NEW_KEYS)
+
+
+@pytest.mark.slow
+def test_a_forgetting_battery_scores_each_task_on_its_own_metric_before_and_after(tiny_llama, tmp_path):
+    cfg = FinetuneConfig(
+        task="sst2", method="full", epochs=1, n_train=8, n_test=4, n_ood=3, n_ppl=2, max_length=48,
+        ood_tasks=("boolq", "squad"), save_checkpoints=False, output_dir=str(tmp_path / "run"),
+    )  # fmt: skip
+    res = ft.run_finetune(tiny_llama, cfg)
+    battery = res["ood_battery"]
+    assert list(battery) == ["boolq", "squad"] and res["ood_task"] == "boolq"
+    assert battery["boolq"]["metric"] == "acc" and battery["squad"]["metric"] == "f1"
+    assert battery["boolq"]["correct_after"] == res["ood_correct_after"]  # the first task is the legacy ood fields
+    assert battery["boolq"]["after"] == pytest.approx(res["ood_accuracy_after"])
+    assert battery["boolq"]["before"] == pytest.approx(res["ood_accuracy_before"])
+    assert all(len(b["correct_before"]) == len(b["correct_after"]) == 3 for b in battery.values())
+    assert load_results(tmp_path / "run" / "results.json")["ood_battery"] == battery

@@ -71,6 +71,12 @@ class FinetuneConfig(Config):
     )
     n_test: int = opt(128, "test examples drawn", check=POSITIVE_INT)
     n_ood: int = opt(64, "out-of-domain examples (the other task) for forgetting", check=POSITIVE_INT)
+    ood_tasks: tuple[str, ...] = opt(
+        (),
+        "the forgetting battery: tasks (built-in names or spec files) scored before and after fine-tuning on n_ood "
+        "rows each, each on its own metric (empty: the task's default out-of-domain task, see OOD_TASK)",
+        check=Check(lambda v: isinstance(v, tuple) and all(isinstance(t, str) and t for t in v), "task names"),
+    )
     n_ppl: int = opt(32, "held-out GSM8K texts for perplexity before/after", check=POSITIVE_INT)
     batch_size: int = opt(8, "training batch size", check=POSITIVE_INT)
     max_length: int = opt(64, "tokens per example (prompt + target)", check=POSITIVE_INT)
@@ -112,6 +118,8 @@ class FinetuneConfig(Config):
     def check(self) -> None:
         """The methods and options that need a profile card have one; the task exists."""
         get_task(self.task)
+        for task in self.ood_tasks:
+            get_task(task)
         needs_card = {
             "method 'profile'": self.method == "profile",
             "stop_threshold='card'": self.stop_threshold == "card",

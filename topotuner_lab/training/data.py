@@ -6,7 +6,7 @@ method and seed is scored on the same ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from topotuner_lab._io.errors import ParameterError
@@ -31,6 +31,8 @@ class RunData:
     ood: Any
     general_text: list[str]
     val_source: str = "none"
+    #: the forgetting battery: task -> its test rows (the first is ``ood_task``'s ``ood``)
+    battery: dict[str, Any] = field(default_factory=dict)
 
 
 def ood_task_for(task: str) -> str:
@@ -60,11 +62,11 @@ def load_run_data(cfg: FinetuneConfig) -> RunData:
         val_source = "carved from the training draw" if cfg.n_val else "none"
     # evaluation draws do not depend on the seed: every method and seed is scored on the same examples (paired)
     test = load_task(cfg.task, "test", cfg.n_test, EVAL_SEED, cfg.data_source)
-    ood_task = ood_task_for(cfg.task)
-    ood = load_task(ood_task, "test", cfg.n_ood, EVAL_SEED, cfg.data_source)
+    tasks = cfg.ood_tasks or (ood_task_for(cfg.task),)
+    battery = {task: load_task(task, "test", cfg.n_ood, EVAL_SEED, cfg.data_source) for task in tasks}
     general = load_task("gsm8k", "test", cfg.n_ppl, EVAL_SEED, cfg.data_source)
     general_text = [p + t for p, t in zip(general["prompt"], general["target"])]
-    return RunData(train, val, test, ood_task, ood, general_text, val_source)
+    return RunData(train, val, test, tasks[0], battery[tasks[0]], general_text, val_source, battery)
 
 
 def used_counts(cfg: FinetuneConfig, data: RunData) -> FinetuneConfig:
@@ -74,7 +76,7 @@ def used_counts(cfg: FinetuneConfig, data: RunData) -> FinetuneConfig:
         n_train=len(data.train),
         n_val=len(data.val) if data.val is not None else 0,
         n_test=len(data.test),
-        n_ood=len(data.ood),
+        n_ood=max(len(rows) for rows in data.battery.values()) if data.battery else len(data.ood),
         n_ppl=len(data.general_text),
     )
 

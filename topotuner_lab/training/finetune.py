@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
 import torch
 from transformers import TrainerCallback
 
@@ -29,8 +30,8 @@ from topotuner_lab.training.data import RunData, capped_counts, load_run_data, u
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
 from topotuner_lab.training.evaluation import accuracy, perplexity_probe
 from topotuner_lab.training.memory import PeakMemory
-from topotuner_lab.training.results import RunResults, collect_results, write_results
-from topotuner_lab.training.scoring import TaskScorer
+from topotuner_lab.training.results import RunResults, collect_results, per_example, write_results
+from topotuner_lab.training.scoring import TaskScorer, primary_values
 from topotuner_lab.training.trainer import build_trainer, last_checkpoint, prepare_model, resolve_lora_rank
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import LoadedModel
@@ -159,29 +160,55 @@ def _tidy_checkpoints(out: Path) -> None:
         shutil.rmtree(checkpoint, ignore_errors=True)
 
 
-#: the pretrained model's out-of-domain accuracy and perplexity, per model object and evaluation rows
+#: the pretrained model's forgetting-battery scores, perplexity and per-text NLL, per model object and evaluation rows
 _PRETRAINED_SCORES: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[Any, ...], dict[str, Any]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _pretrained_scores(loaded: LoadedModel, cfg: FinetuneConfig, data: RunData, score_ood: Any) -> dict[str, Any]:
-    """Forgetting's reference point: the pretrained model's out-of-domain accuracy, perplexity and per-text NLL.
+def _battery_scores(model: torch.nn.Module, cfg: FinetuneConfig, data: RunData, scorers: dict[str, TaskScorer]):
+    """Per battery task, every metric per example (each task on its own metrics)."""
+    return {task: scorers[task].score_all(model, rows) for task, rows in data.battery.items()}
+
+
+def _pretrained_scores(
+    loaded: LoadedModel, cfg: FinetuneConfig, data: RunData, scorers: dict[str, TaskScorer]
+) -> dict[str, Any]:
+    """Forgetting's reference point: the pretrained model's battery scores, perplexity and per-text NLL.
 
     The evaluation rows are fixed (``EVAL_SEED``) and ``loaded`` is never changed, so every run of a comparison
     shares it: computed once per process, not once per fine-tune.
     """
-    key = (data.ood_task, cfg.n_ood, cfg.n_ppl, cfg.max_length, cfg.data_source)
+    key = (tuple(data.battery), cfg.n_ood, cfg.n_ppl, cfg.max_length, cfg.data_source)
     per_model = _PRETRAINED_SCORES.setdefault(loaded.model, {})
     if key not in per_model:
         probe = perplexity_probe(loaded.model, loaded.tokenizer, data.general_text, max_length=cfg.max_length)
+        battery = _battery_scores(loaded.model, cfg, data, scorers)
         per_model[key] = {
-            "ood_accuracy": accuracy(score_ood(loaded.model, data.ood)),
+            "ood_accuracy": accuracy(primary_values(battery[data.ood_task][scorers[data.ood_task].metric])),
+            "battery": battery,
             "perplexity": probe.perplexity,
             "ppl_nll": probe.text_nll,
             "ppl_text_tokens": probe.text_tokens,
         }
     return {name: list(value) if isinstance(value, list) else value for name, value in per_model[key].items()}
+
+
+def battery_results(
+    before: dict[str, dict[str, np.ndarray]], after: dict[str, dict[str, np.ndarray]], metrics: dict[str, str]
+) -> dict[str, dict[str, Any]]:
+    """``results.json``'s ``ood_battery``: per task its metric, mean score before and after, and per-example values."""
+    out = {}
+    for task, scores in after.items():
+        metric = metrics[task]
+        out[task] = {
+            "metric": metric,
+            "before": accuracy(before[task][metric]),
+            "after": accuracy(scores[metric]),
+            "correct_before": per_example(primary_values(before[task][metric])),
+            "correct_after": per_example(primary_values(scores[metric])),
+        }
+    return out
 
 
 def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
@@ -224,13 +251,12 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
             "record the counts used (asked: requested_counts)",
             stacklevel=2,
         )
-    score, score_ood = (
-        TaskScorer(cfg.task, tokenizer, cfg.max_length),
-        TaskScorer(data.ood_task, tokenizer, cfg.max_length),
-    )
+    score = TaskScorer(cfg.task, tokenizer, cfg.max_length)
+    scorers = {task: TaskScorer(task, tokenizer, cfg.max_length) for task in data.battery}
+    score_ood = scorers[data.ood_task]  # the first task of the forgetting battery
     # train and validation rows are the training task's (train_task: e.g. IFEval trains on Alpaca), scored on its metric
     score_val = TaskScorer(get_task(cfg.task).train_task or cfg.task, tokenizer, cfg.max_length).with_logloss
-    before = _pretrained_scores(loaded, cfg, data, score_ood)
+    before = _pretrained_scores(loaded, cfg, data, scorers)
     model, info = prepare_model(loaded, cfg, card)
     callbacks, threshold = _callbacks(cfg, card, score, data, score_val)
     if cfg.save_epoch_snapshots:  # after the early-stopping callback, whose copy of the matrices it reuses
@@ -240,7 +266,13 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
     with peer_loss_reported():
         with PeakMemory() as memory:
             trainer.train(resume_from_checkpoint=resume)
-        results = collect_results(trainer, cfg, loaded, data, score, score_ood, before, score_val=score_val)
+        after = _battery_scores(model, cfg, data, scorers)  # once: the first task's scores are the legacy ood fields
+        ood_after = primary_values(after[data.ood_task][score_ood.metric])
+        results = collect_results(
+            trainer, cfg, loaded, data, score, lambda model, rows: ood_after, before, score_val=score_val
+        )
+    metrics = {task: scorer.metric for task, scorer in scorers.items()}
+    results["ood_battery"] = battery_results(before["battery"], after, metrics)
     results.update(info)  # type: ignore[typeddict-item]
     results["requested_counts"] = capped
     results["resumed_from"] = resume
