@@ -185,6 +185,8 @@ def test_reproduce_families_tiny_scores_every_task_type_on_its_own_metric(tmp_pa
         "ifeval": "prompt_level_strict_acc",
     }
     assert len(results) == 2 * 5 * 3 and results["test_acc"].between(0, 1).all()
+    full = results[results["method"] == "full"].groupby("target")["run_dir"].nunique()
+    assert (full == 1).all()  # full FT never reads the prior: one run per target serves both priors' rows
     run = json.loads(next(out.glob("runs/prior-gsm8k/dialogsum/seed0/full/*/results.json")).read_text())
     assert set(run["test_example_metrics"]) == {"rougeL", "rouge1", "rouge2"} and len(run["test_correct"]) == 4
     assert run["test_metrics"]["rougeL"] == pytest.approx(run["test_accuracy"])

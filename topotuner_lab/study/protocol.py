@@ -455,6 +455,17 @@ def _transfer_checks(preset: Preset, cards: Cards, loaded: LoadedModel, work: Wo
             log(str(record["verdict"]))
 
 
+def _run_owner(preset: Preset, spec: RunSpec) -> str:
+    """The prior whose folder holds a run: its own, but full FT (no card) is one run shared by every prior's row.
+
+    Full FT on a target never reads the prior, so it runs once per target, seed and rate, in the first transferring
+    prior's folder; the other priors' rows reuse it (the same config: ``finetune_once`` finds it done).
+    """
+    if spec.key.method != "full":
+        return spec.prior
+    return next(prior for prior in preset.prior_tasks if prior != spec.target)
+
+
 def run_study(preset: Preset, out_dir: str | Path, log: Log = print) -> pd.DataFrame:
     """Run (or resume) every planned fine-tune of ``preset`` under ``out_dir``; returns and writes the results table.
 
@@ -473,7 +484,7 @@ def run_study(preset: Preset, out_dir: str | Path, log: Log = print) -> pd.DataF
         spec = specs[index]
         lr = spec.lr if spec.role == "sweep" else chosen[spec.arm]
         assert lr is not None
-        run_dir = work.target_run(spec.prior, f"{spec.target}/seed{spec.seed}", spec.arm[2].name)
+        run_dir = work.target_run(_run_owner(preset, spec), f"{spec.target}/seed{spec.seed}", spec.arm[2].name)
         cfg = config_for(preset, spec, cards, lr, run_dir)
         label = f"{spec.prior}->{spec.target} seed {spec.seed} {spec.key.name} lr {lr:g}"
         res = progress.step(label, functools.partial(finetune_once, loaded, cfg, log))
