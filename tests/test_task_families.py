@@ -142,3 +142,20 @@ def test_scifact_scorer_gives_a_model_that_prefers_the_relevant_abstract_full_ma
 
 def _ranking(doc: str) -> dict:
     return json.loads(json.loads(doc)["ranking"])
+
+
+def test_a_chat_template_spec_wraps_prompts_as_one_user_turn(tiny_llama, tmp_path):
+    from topotuner_lab.training.data import chat_framed
+
+    path = _spec(tmp_path, chat_template=True, target_delimiter="")
+    rows = load_task(path, "test")
+    with pytest.raises(TaskError, match="chat_template: true"):  # the tiny model's tokenizer has no template
+        chat_framed(rows, path, tiny_llama.tokenizer)
+    tokenizer = tiny_llama.tokenizer
+    tokenizer.chat_template = "{% for m in messages %}<u>{{ m['content'] }}</u>{% endfor %}<a>"
+    try:
+        framed = chat_framed(rows, path, tokenizer)
+    finally:
+        tokenizer.chat_template = None
+    assert framed["prompt"] == ["<u>1 + 1 =</u><a>", "<u>2 + 2 =</u><a>"] and framed["target"] == ["2", "4"]
+    assert chat_framed(rows, "sst2", tokenizer) is rows  # a spec without chat_template is left as it is

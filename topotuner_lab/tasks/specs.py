@@ -218,6 +218,12 @@ class TaskSpec(Config):
         "trains on alpaca: this spec's own rows are its test rows",
         check=optional(_TEXT),
     )
+    chat_template: bool = opt(
+        False,
+        "wrap each prompt in the model's chat template as one user turn (instruct models), in training and scoring; "
+        "give target_delimiter: '' with it (the answer starts the assistant's turn)",
+        check=Check(lambda v: isinstance(v, bool), "true or false"),
+    )
     candidates: int = opt(20, "ranking only: the BM25 candidates per query the model reranks", check=POSITIVE_INT)
     metadata: dict[str, Any] = opt({}, "free notes (version, source, license); recorded, not read", check=_MAPPING)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from topotuner_lab._io.errors import ParameterError
+from topotuner_lab._io.errors import ParameterError, TaskError
 from topotuner_lab.tasks.specs import get_task, has_validation_split, load_task
 from topotuner_lab.training.config import FinetuneConfig
 
@@ -67,6 +67,51 @@ def load_run_data(cfg: FinetuneConfig) -> RunData:
     general = load_task("gsm8k", "test", cfg.n_ppl, EVAL_SEED, cfg.data_source)
     general_text = [p + t for p, t in zip(general["prompt"], general["target"])]
     return RunData(train, val, test, tasks[0], battery[tasks[0]], general_text, val_source, battery)
+
+
+def chat_framed(rows: Any, task: str, tokenizer: Any) -> Any:
+    """``rows`` with each prompt wrapped in the model's chat template as one user turn, when ``task``'s spec asks.
+
+    The template's text is tokenized like any prompt later, so a leading BOS it writes is dropped (the tokenizer adds
+    its own). A model without a chat template is a :class:`TaskError` naming the spec field.
+    """
+    if rows is None or not get_task(task).chat_template:
+        return rows
+    if not getattr(tokenizer, "chat_template", None):
+        raise TaskError(
+            f"task {get_task(task).name!r} asks for the chat template (chat_template: true), and the model has none",
+            "use an instruct model with a chat template, or set chat_template: false in the spec",
+        )
+    bos = (
+        tokenizer.bos_token
+        if tokenizer("x", add_special_tokens=True).input_ids[:1] == [tokenizer.bos_token_id]
+        else None
+    )
+
+    def frame(row: dict[str, Any]) -> dict[str, Any]:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": row["prompt"]}], tokenize=False, add_generation_prompt=True
+        )
+        return {"prompt": text.removeprefix(bos) if bos else text}
+
+    return rows.map(frame)
+
+
+def chat_framed_data(data: RunData, task: str, tokenizer: Any) -> RunData:
+    """Every row set of ``data`` framed by :func:`chat_framed` as its own task's spec asks.
+
+    Training and validation rows follow the training task's spec, test rows the task's, each battery task its own.
+    """
+    trained = get_task(task).train_task or task
+    battery = {name: chat_framed(rows, name, tokenizer) for name, rows in data.battery.items()}
+    return replace(
+        data,
+        train=chat_framed(data.train, trained, tokenizer),
+        val=chat_framed(data.val, trained, tokenizer),
+        test=chat_framed(data.test, task, tokenizer),
+        ood=battery.get(data.ood_task, data.ood),
+        battery=battery,
+    )
 
 
 def used_counts(cfg: FinetuneConfig, data: RunData) -> FinetuneConfig:

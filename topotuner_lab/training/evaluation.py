@@ -1,4 +1,4 @@
-"""Scoring a causal LM: label-likelihood accuracy, GSM8K exact match and held-out perplexity."""
+"""Scoring a causal LM: label likelihood and held-out perplexity (a task's own metrics: :mod:`.scoring`)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from topotuner_lab.tasks.specs import final_number
-
-#: where a GSM8K answer ends: the model starting the next question
-GSM8K_STOP: tuple[str, ...] = ("\nQuestion:", "\n\n\n")
 
 
 def encode(tokenizer: Any, prompt: str, target: str = "", max_length: int = 128) -> tuple[list[int], list[int]]:
@@ -145,45 +140,6 @@ def classification_accuracy(
     """Share of rows whose true label word is the most likely continuation."""
     correct = classification_correct(model, tokenizer, dataset, labels, **kwargs)
     return float(correct.mean()) if correct.size else float("nan")
-
-
-@torch.no_grad()
-def gsm8k_correct(
-    model: torch.nn.Module,
-    tokenizer: Any,
-    dataset: Any,
-    *,
-    max_new_tokens: int = 128,
-    max_length: int = 256,
-    batch_size: int = 16,
-) -> np.ndarray:
-    """Per row, whether the final number of the greedy answer equals the reference's (a boolean array).
-
-    Answers are generated in batches (:func:`topotuner_lab.training.generation.generate`) and end at the next
-    ``Question:``, so the number read is the answer's own, not one of a question the model goes on to invent.
-    """
-    from topotuner_lab.training.generation import generate
-
-    answers = generate(
-        model,
-        tokenizer,
-        list(dataset["prompt"]),
-        max_new_tokens=max_new_tokens,
-        stop=GSM8K_STOP,
-        batch_size=batch_size,
-        max_length=max_length,
-    )
-    hits = [
-        final_number(answer) is not None and final_number(answer) == final_number(target)
-        for answer, target in zip(answers, dataset["target"])
-    ]
-    return np.asarray(hits, dtype=bool)
-
-
-def gsm8k_exact_match(model: torch.nn.Module, tokenizer: Any, dataset: Any, **kwargs: Any) -> float:
-    """Share of rows whose greedy answer ends in the reference's final number."""
-    correct = gsm8k_correct(model, tokenizer, dataset, **kwargs)
-    return float(correct.mean()) if correct.size else 0.0
 
 
 @dataclass(frozen=True)

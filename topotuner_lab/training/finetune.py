@@ -26,7 +26,7 @@ from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.tasks.specs import get_task
 from topotuner_lab.training.callbacks import EpochClock, EpochEvaluation, EpochSnapshots, epoch_snapshot_path
 from topotuner_lab.training.config import FinetuneConfig
-from topotuner_lab.training.data import RunData, capped_counts, load_run_data, used_counts
+from topotuner_lab.training.data import RunData, capped_counts, chat_framed_data, load_run_data, used_counts
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
 from topotuner_lab.training.evaluation import accuracy, perplexity_probe
 from topotuner_lab.training.memory import PeakMemory
@@ -241,7 +241,7 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
     if cfg.method == "lora":  # refuse an impossible rank before any data is read or scored
         resolve_lora_rank(loaded.model, cfg, card)
     wall_start = time.perf_counter()
-    data = load_run_data(cfg)
+    data = chat_framed_data(load_run_data(cfg), cfg.task, tokenizer)
     asked, cfg = cfg, used_counts(cfg, data)  # the config recorded is what ran: never more rows than were used
     capped = capped_counts(asked, cfg)
     if capped:
