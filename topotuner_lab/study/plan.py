@@ -2,9 +2,10 @@
 
 A typed :class:`RunKey` per arm and the ordered :class:`RunSpec` list a preset plans (:func:`plan`).
 
-Seeds are the outer loop, so an interrupted comparison has whole seeds done first. On the first seed every arm
-sweeps its rate grid; later seeds run each arm at the rate the sweep chose; card strategies listed in
-``Preset.constant_lr`` also run at the chosen rate with a constant schedule, every seed.
+Seeds are the outer loop, so an interrupted comparison has whole seeds done first. With ``Preset.sweep_seeds`` every
+arm first sweeps its rate grid on each sweep seed (runs that are never results), then every seed runs each arm at
+the chosen rate; without them, the first seed sweeps and its run at the chosen rate is its result. Card strategies
+listed in ``Preset.constant_lr`` also run at the chosen rate with a constant schedule, every seed.
 """
 
 from __future__ import annotations
@@ -81,8 +82,9 @@ class RunKey:
 class RunSpec:
     """One planned fine-tune: the transfer (prior -> target), the seed, the arm, and its rate.
 
-    ``role`` is ``sweep`` (a rate of the first seed's grid, ``lr`` set), ``chosen`` (a later seed at the arm's chosen
-    rate) or ``constant`` (the chosen rate with a constant schedule); the last two learn their rate from the sweep.
+    ``role`` is ``sweep`` (a rate of the grid on a sweep seed, or on the first seed without sweep seeds; ``lr`` set),
+    ``chosen`` (a seed at the arm's chosen rate) or ``constant`` (the chosen rate with a constant schedule); the last
+    two learn their rate from the sweep.
     """
 
     prior: str
@@ -115,12 +117,16 @@ def transfers(preset: Preset) -> list[tuple[str, str]]:
 
 
 def plan(preset: Preset) -> list[RunSpec]:
-    """Every fine-tune of the comparison, in the order they run."""
+    """Every fine-tune of the comparison, in the order they run (an arm's sweep runs are contiguous, seeds inner)."""
     specs: list[RunSpec] = []
+    for prior, target in transfers(preset) if preset.sweep_seeds else []:
+        for key in arms(preset):
+            grid = preset.lr_grid[key.family]
+            specs += [RunSpec(prior, target, s, key, "sweep", lr) for lr in grid for s in preset.sweep_seeds]
     for index, seed in enumerate(preset.seeds):
         for prior, target in transfers(preset):
             for key in arms(preset):
-                if index == 0:
+                if index == 0 and not preset.sweep_seeds:
                     specs += [RunSpec(prior, target, seed, key, "sweep", lr) for lr in preset.lr_grid[key.family]]
                 else:
                     specs.append(RunSpec(prior, target, seed, key, "chosen"))

@@ -74,6 +74,13 @@ class Preset(Config):
     )
     baselines: tuple[str, ...] = opt(BASELINES, "baselines beside the cards", check=_names(BASELINES))
     seeds: tuple[int, ...] = opt((0, 1, 2), "training seeds (each also draws the training rows)", check=SEEDS)
+    sweep_seeds: tuple[int, ...] = opt(
+        (),
+        "seeds of the learning-rate sweep alone: every rate runs on each, the criterion is averaged over them, and "
+        "their runs are never results (then every seed of `seeds` runs at the chosen rate); empty: the first seed "
+        "sweeps and its run at the chosen rate is its result",
+        check=Check(lambda v: isinstance(v, tuple) and all(NON_NEGATIVE_INT(s) for s in v), "seeds >= 0 (or none)"),
+    )
     lr_grid: dict[str, tuple[float, ...]] = opt(
         DEFAULT_LR_GRID, "learning rates per method family, searched on validation data", check=LR_GRID
     )
@@ -123,6 +130,12 @@ class Preset(Config):
 
     def check(self) -> None:
         """Every family that runs has a rate grid; rates are chosen on validation data; LoRA has a card to match."""
+        shared = sorted(set(self.sweep_seeds) & set(self.seeds))
+        if shared:
+            self.fail(
+                f"sweep_seeds and seeds share {shared}: a sweep run would be reused as a result",
+                "give the sweep its own seeds, e.g. sweep_seeds=(100, 101)",
+            )
         families = {"profile"} | set(self.baselines)
         missing = sorted(families - set(self.lr_grid))
         if missing:

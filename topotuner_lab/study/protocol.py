@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -288,12 +288,20 @@ def config_for(preset: Preset, spec: RunSpec, cards: Cards, lr: float, run_dir: 
 def _select(sweep: list[tuple[float, RunResults]]) -> float:
     """The rate with the lowest validation log-loss (a smooth criterion), or the best validation accuracy.
 
-    Log-loss is used when every run of the sweep records it (label-likelihood tasks, results of this version); ties
-    go to the smaller rate.
+    Each rate's criterion is its mean over the runs at that rate (one per sweep seed). Log-loss is used when every
+    run of the sweep records it (label-likelihood tasks, results of this version); ties go to the smaller rate.
     """
+    by_rate: dict[float, list[RunResults]] = {}
+    for lr, res in sweep:
+        by_rate.setdefault(lr, []).append(res)
+
+    def mean(lr: float, field: str) -> float:
+        values: list[float] = [cast(float, res.get(field)) for res in by_rate[lr]]
+        return sum(values) / len(values)
+
     if all(res.get("val_logloss") is not None for _, res in sweep):
-        return min(sweep, key=lambda item: (item[1]["val_logloss"], item[0]))[0]
-    return max(sweep, key=lambda item: (item[1]["val_accuracy"], -item[0]))[0]
+        return min(by_rate, key=lambda lr: (mean(lr, "val_logloss"), lr))
+    return max(by_rate, key=lambda lr: (mean(lr, "val_accuracy"), -lr))
 
 
 def extension(sweep: list[tuple[float, RunResults]], grid: tuple[float, ...], cap: int) -> float | None:
@@ -303,7 +311,7 @@ def extension(sweep: list[tuple[float, RunResults]], grid: tuple[float, ...], ca
     rule for every method. ``None`` when the best rate is interior, the cap is reached,
     the grid has a single rate, or the next rate would leave (0, 1).
     """
-    rates = sorted(lr for lr, _ in sweep)
+    rates = sorted({lr for lr, _ in sweep})
     if len(grid) < 2 or len(rates) - len(grid) >= cap:
         return None
     best = _select(sweep)
@@ -498,12 +506,14 @@ def run_study(preset: Preset, out_dir: str | Path, log: Log = print) -> pd.DataF
             beyond = extension(sweeps[spec.arm], grid, preset.lr_extend) if last_of_sweep else None
             if beyond is not None:
                 log(f"{spec.key.name}: best rate at the edge of its grid; extending the sweep to {beyond:g}")
-                specs.insert(index + 1, replace(spec, lr=beyond))
-                progress.planned += 1
+                more = [replace(spec, lr=beyond, seed=seed) for seed in preset.sweep_seeds or (spec.seed,)]
+                specs[index + 1 : index + 1] = more
+                progress.planned += len(more)
             elif last_of_sweep:
                 chosen[spec.arm] = _select(sweeps[spec.arm])
-                for row in rows[-len(sweeps[spec.arm]) :]:
-                    row["selected"] = row["lr"] == chosen[spec.arm]
+                if not preset.sweep_seeds:  # the first seed's run at the chosen rate is its result
+                    for row in rows[-len(sweeps[spec.arm]) :]:
+                        row["selected"] = row["lr"] == chosen[spec.arm]
         save_table(pd.DataFrame(rows), work.results)  # partial table after every run
         index += 1
     # a drift-only comparison (no target task) still writes a results table the report can read
@@ -556,6 +566,7 @@ def summary_row(spec: RunSpec, res: RunResults, selected: bool, run_dir: Path) -
         "lr": res["learning_rate"],
         "schedule": res.get("config", {}).get("lr_scheduler"),
         "selected": selected,
+        "role": spec.role,
         "val_acc": res.get("val_accuracy"),
         "val_logloss": res.get("val_logloss"),
         "test_acc": res["test_accuracy"],  # the target's primary metric (named in "metric"), accuracy or another
