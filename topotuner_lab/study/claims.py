@@ -19,6 +19,7 @@ import pandas as pd
 
 from topotuner_lab._io.errors import TaskError
 from topotuner_lab.study.plan import DEFAULT_RECIPE, with_key_columns
+from topotuner_lab.study.power import size_to_decide
 from topotuner_lab.study.stats import (
     INCONCLUSIVE,
     UNTESTABLE,
@@ -55,6 +56,8 @@ class ClaimResult:
     high: float | None
     threshold: float
     verdict: str
+    #: for an inconclusive paired claim: the seeds (or examples) its measured variances say would decide it
+    to_decide: str = ""
 
     def as_row(self) -> dict[str, object]:
         """The result as a table row (field name to value)."""
@@ -87,15 +90,14 @@ def _best_by_validation(group: pd.DataFrame, strategies: tuple[str, ...], budget
 def _result(
     claim: str, setting: str, measure: str, interval: Interval, threshold: float, higher_is_better: bool = True
 ) -> ClaimResult:
+    judged = verdict(interval, threshold, higher_is_better=higher_is_better)
+    to_decide = (
+        size_to_decide(interval.design, interval.estimate, threshold)
+        if judged == INCONCLUSIVE and interval.design is not None
+        else ""
+    )
     return ClaimResult(
-        claim,
-        setting,
-        measure,
-        interval.estimate,
-        interval.low,
-        interval.high,
-        threshold,
-        verdict(interval, threshold, higher_is_better=higher_is_better),
+        claim, setting, measure, interval.estimate, interval.low, interval.high, threshold, judged, to_decide
     )
 
 

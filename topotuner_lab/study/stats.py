@@ -11,10 +11,12 @@ inside a stated band, and is *inconclusive* otherwise. Secondary claims are judg
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+from topotuner_lab.study.power import Design, variance_components
 
 N_BOOT = 10_000
 LEVEL = 0.95
@@ -33,6 +35,8 @@ class Interval:
     low: float
     high: float
     level: float = LEVEL
+    #: the variance components it came from (paired seed x example intervals), for the size a decision needs
+    design: Design | None = None
 
     def __str__(self) -> str:
         return f"{self.estimate:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
@@ -100,9 +104,10 @@ def two_way_bootstrap(
     for the interval that resamples examples alone (:func:`paired_bootstrap`).
     """
     draws = two_way_draws(a, b, n_boot=n_boot, seed=seed)
-    return percentile_interval(
+    interval = percentile_interval(
         float(np.mean(np.asarray(a, dtype=float)) - np.mean(np.asarray(b, dtype=float))), draws, level
     )
+    return replace(interval, design=variance_components(a, b))
 
 
 def p_value(draws: ArrayLike, threshold: float = 0.0, *, higher_is_better: bool = True) -> float:

@@ -192,7 +192,9 @@ def claims_section(claims: list[ClaimResult]) -> str:
         f"{fmt(e, ' - ' in m)} [{fmt(lo, ' - ' in m)}, {fmt(hi, ' - ' in m)}]"
         for e, lo, hi, m in zip(table["estimate"], table["low"], table["high"], table["measure"])
     ]
-    shown = table[["claim", "setting", "measure", "estimate [95% CI]", "threshold", "verdict"]]
+    columns = ["claim", "setting", "measure", "estimate [95% CI]", "threshold", "verdict"]
+    sized = "to_decide" in table and (table["to_decide"].fillna("") != "").any()
+    shown = table[[*columns, "to_decide"]] if sized else table[columns]
     overall = "\n".join(f"- {claim}: **{summary_verdict(claims, claim)}**" for claim in dict.fromkeys(table["claim"]))
     return (
         "\n## Claims, checked against these numbers\n\nEach line compares runs at their own selected learning "
@@ -204,7 +206,16 @@ def claims_section(claims: list[ClaimResult]) -> str:
         "the other side, and is *inconclusive* when it covers the threshold; *not testable here* when the setup "
         "cannot decide it either way (a stop-epoch threshold below the earliest epoch the rule can fire, "
         f"{EARLIEST_STOP}, needs a longer budget). Competitive means at most "
-        f"{COMPETITIVE_MARGIN:g} below full FT.\n\n"
+        f"{COMPETITIVE_MARGIN:g} below full FT."
+        + (
+            " For an inconclusive paired claim, *to_decide* is the size its measured variances say would decide it: "
+            "the seeds (at these test examples) for the 95% half-width to shrink below the distance from the "
+            "estimate to the threshold, or the examples when seeds alone cannot (`study.power`; the estimate is "
+            "assumed to stay where it is)."
+            if sized
+            else ""
+        )
+        + "\n\n"
         + shown.to_markdown(index=False, floatfmt=".3g")
         + "\n\nOver all settings (held or did not hold only where every setting agrees):\n\n"
         + overall

@@ -1,0 +1,61 @@
+"""The size a paired comparison needs to decide its claim, from the variances it measured (issue 19)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from topotuner_lab.study.power import Z95, Design, size_to_decide, variance_components
+from topotuner_lab.study.stats import two_way_bootstrap
+
+
+def _synthetic(seeds: int, examples: int, seed_sd: float, example_sd: float, rng: np.random.Generator):
+    """Two arms' per-example scores whose difference has known seed and example parts."""
+    a = rng.normal(size=(seeds, examples))
+    shift = rng.normal(0, seed_sd, size=(seeds, 1)) + rng.normal(0, example_sd, size=(1, examples))
+    return a + shift, a
+
+
+def test_variance_components_recover_the_known_seed_and_example_parts():
+    rng = np.random.default_rng(0)
+    a, b = _synthetic(60, 3000, seed_sd=0.05, example_sd=0.4, rng=rng)
+    design = variance_components(a, b)
+    assert design.seed_var == pytest.approx(0.05**2, rel=0.4)
+    assert design.example_var == pytest.approx(0.4**2, rel=0.1)
+    assert (design.seeds, design.examples) == (60, 3000)
+    one = variance_components(a[:1], b[:1])
+    assert one.seed_var == 0.0  # one seed cannot measure it
+
+
+def test_the_half_width_matches_the_two_way_bootstrap():
+    rng = np.random.default_rng(1)
+    a, b = _synthetic(8, 400, seed_sd=0.1, example_sd=0.5, rng=rng)
+    interval = two_way_bootstrap(a, b)
+    assert interval.design is not None
+    measured = (interval.high - interval.low) / 2
+    assert interval.design.half_width() == pytest.approx(measured, rel=0.3)
+
+
+def test_size_to_decide():
+    design = Design(seed_var=0.0004, example_var=0.1, seeds=3, examples=1000)
+    # gap 0.02: (0.02 / 1.96)^2 = 1.04e-4 - 1e-4 = 4.1e-6 room -> ~97 seeds
+    text = size_to_decide(design, estimate=-0.01, threshold=-0.03)
+    seeds = math.ceil(0.0004 / ((0.02 / Z95) ** 2 - 0.1 / 1000))
+    assert text == f"~{seeds} seeds x 1000 examples" and design.half_width(seeds) <= 0.02 + 1e-9
+    assert size_to_decide(design, 0.0, 0.0).startswith("not by size")
+    tight = size_to_decide(design, estimate=0.005, threshold=0.0)  # example noise alone exceeds the gap
+    assert tight.startswith("more examples than measured: ~15366 examples")
+
+
+def test_an_inconclusive_claim_says_what_would_decide_it():
+    from topotuner_lab.study.claims import _result
+
+    rng = np.random.default_rng(2)
+    a, b = _synthetic(3, 300, seed_sd=0.05, example_sd=0.5, rng=rng)
+    a = a - (a - b).mean() + 0.02  # a small true-looking gain, well inside the noise of 3 x 300
+    unclear = _result("c", "s", "a - b", two_way_bootstrap(a, b), 0.0)
+    assert unclear.verdict == "inconclusive" and ("seeds" in unclear.to_decide or "examples" in unclear.to_decide)
+    clear = _result("c", "s", "a - b", two_way_bootstrap(a + 1.0, b), 0.0)
+    assert clear.verdict == "held" and clear.to_decide == ""

@@ -1,0 +1,66 @@
+"""How many training seeds (or test examples) a paired comparison would need to decide its claim.
+
+The difference of two arms is measured on S seeds x N shared test examples. Its variance splits into a seed part
+(the spread of the per-seed mean differences beyond what example noise explains) and an example part (the spread of
+the seed-averaged per-example differences): Var(mean) ~ seed_var / S + example_var / N, the two ways the two-way
+bootstrap resamples. A claim is decided once the 95% half-width falls below the distance from the estimate to the
+threshold; solving for S (at the same N), or for N when seeds alone cannot get there, gives the size to plan.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+Z95 = 1.959964
+
+
+@dataclass(frozen=True)
+class Design:
+    """The variance components of a paired difference and the size they were measured at."""
+
+    seed_var: float
+    example_var: float
+    seeds: int
+    examples: int
+
+    def half_width(self, seeds: int | None = None, examples: int | None = None) -> float:
+        """The 95% half-width of the mean difference at ``seeds`` x ``examples`` (default: as measured)."""
+        s, n = seeds or self.seeds, examples or self.examples
+        return Z95 * math.sqrt(self.seed_var / s + self.example_var / n)
+
+
+def variance_components(a: ArrayLike, b: ArrayLike) -> Design:
+    """The seed and example variance of ``mean(a) - mean(b)``; ``a``, ``b`` are (seeds, examples), paired.
+
+    The seed part is the variance of the per-seed mean differences less the example noise they carry (never below
+    0; 0 with one seed, where it cannot be measured).
+    """
+    diff = np.atleast_2d(np.asarray(a, dtype=float) - np.asarray(b, dtype=float))
+    seeds, examples = diff.shape
+    example_var = float(diff.mean(axis=0).var(ddof=1)) if examples > 1 else 0.0
+    within = float(diff.var(axis=1, ddof=1).mean()) if examples > 1 else 0.0
+    seed_var = max(0.0, float(diff.mean(axis=1).var(ddof=1)) - within / examples) if seeds > 1 else 0.0
+    return Design(seed_var, example_var, seeds, examples)
+
+
+def size_to_decide(design: Design, estimate: float, threshold: float) -> str:
+    """What it would take to decide: ``"~12 seeds"`` at the measured examples, else the examples needed, in words.
+
+    The target half-width is the distance from the estimate to the threshold (assumed to stay where it is); an
+    estimate on the threshold cannot be decided by size.
+    """
+    gap = abs(estimate - threshold)
+    if gap < 1e-12:
+        return "not by size: the estimate sits on the threshold"
+    room = (gap / Z95) ** 2 - design.example_var / design.examples
+    if design.seed_var > 0 and room > 0:
+        return f"~{math.ceil(design.seed_var / room)} seeds x {design.examples} examples"
+    if design.seed_var == 0 and room > 0:
+        return f"{design.seeds} seed(s) already suffice for the example noise (seed noise unmeasured with one seed)"
+    examples = math.ceil(design.example_var / (gap / Z95) ** 2)
+    seeds = math.ceil(2 * design.seed_var / (gap / Z95) ** 2) if design.seed_var > 0 else design.seeds
+    return f"more examples than measured: ~{examples} examples (and ~{max(seeds, design.seeds)} seeds)"
