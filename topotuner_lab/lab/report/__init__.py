@@ -33,7 +33,11 @@ def render(
         sections.seed_picks_section(study.seed_picks, preset.strategies[0], preset.budgets[0]),
     ]
     if len(results):  # a drift-only comparison (no target task) has no fine-tunes to show
-        parts += [sections.lr_section(results), sections.spread_section(results), sections.stopping_section(results)]
+        parts += [
+            sections.lr_section(results),
+            sections.spread_section(results),
+            sections.stopping_section(results, study.stop_histories),
+        ]
     kinds = {}
     for index, model in enumerate(study.models):
         for prior, table in model.tables.items():

@@ -17,7 +17,7 @@ from topotuner_lab._io.errors import InputFileError
 from topotuner_lab.drift.tables import load_table
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import build_profile
-from topotuner_lab.study.claims import ClaimResult, claim_results, correct_from
+from topotuner_lab.study.claims import ClaimResult, claim_results, correct_from, stopping_runs
 from topotuner_lab.study.plan import with_key_columns
 from topotuner_lab.study.presets import RECIPE_STRATEGIES, Preset
 from topotuner_lab.study.protocol import prior_seed_dir
@@ -65,6 +65,8 @@ class StudyInputs:
     test_rows: int | None = None  # test examples a run scored (a split may hold fewer than the preset asks)
     transfer_checks: list[dict[str, Any]] = field(default_factory=list)
     seed_picks: pd.DataFrame = field(default_factory=pd.DataFrame)  # kinds picked per model, prior and prior seed
+    #: the card runs at their chosen rate (linear schedule): per run its normalized drift and test accuracy per epoch
+    stop_histories: list[tuple[list[float], list[float]]] = field(default_factory=list)
 
 
 def _preset(recorded: dict[str, Any]) -> tuple[Preset, int | None, str | None]:
@@ -129,7 +131,18 @@ def load_study(out_dir: str | Path) -> StudyInputs:
         (len(correct(str(results["run_dir"].iloc[0]), "test_correct")) or None) if len(results) else None,
         _transfer_records(out),
         seed_picks(models, preset),
+        stop_histories(results, correct) if len(results) else [],
     )
+
+
+def stop_histories(results: pd.DataFrame, correct: Any) -> list[tuple[list[float], list[float]]]:
+    """Per card run at its chosen rate with the linear schedule: normalized drift and test accuracy per epoch."""
+    runs = stopping_runs(results)
+    runs = runs[runs["schedule"].fillna("linear") == "linear"]
+    return [
+        ([h["normalized"] for h in correct(run_dir, "drift_history")], list(correct(run_dir, "epoch_test_accuracy")))
+        for run_dir in runs["run_dir"]
+    ]
 
 
 def seed_picks(models: list[ModelDrift], preset: Preset) -> pd.DataFrame:

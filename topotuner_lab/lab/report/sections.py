@@ -23,6 +23,7 @@ from topotuner_lab.study.claims import (
 )
 from topotuner_lab.study.markdown import markdown_table
 from topotuner_lab.study.presets import Preset
+from topotuner_lab.study.stopping import early_by, threshold_sweep
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
 from topotuner_lab.weights.projections import KINDS
 from topotuner_lab.weights.snapshot import NOISE_SCALE, Snapshot
@@ -249,8 +250,8 @@ def lr_section(results: pd.DataFrame) -> str:
     )
 
 
-def stopping_section(results: pd.DataFrame) -> str:
-    """Stop epochs by schedule, and how closely the linear runs' drift followed the learning rate."""
+def stopping_section(results: pd.DataFrame, histories: list[tuple[list[float], list[float]]] | None = None) -> str:
+    """Stop epochs by schedule, a threshold sweep over the stored drift, how closely drift followed the rate."""
     cards = stopping_runs(results)
     if cards.empty:
         return ""
@@ -268,6 +269,15 @@ def stopping_section(results: pd.DataFrame) -> str:
         + table.to_markdown(floatfmt=".3g")
         + "\n"
     ]
+    if histories:
+        budget = int(cards["epochs_run"].max())
+        sweep = threshold_sweep(histories, budget)
+        lines.append(
+            f"\nThe rule at other thresholds, from each linear run's stored drift per epoch (no retraining): the share "
+            f"of runs stopping by epoch {early_by(budget)} of {budget} with its exact binomial interval, and test "
+            "accuracy at the stop epoch minus after the whole budget (runs that evaluated every epoch; a run that "
+            "never stops counts 0).\n\n" + sweep.to_markdown(index=False, floatfmt=".3g") + "\n"
+        )
     if results["drift_minus_lr_ratio"].notna().any():
         gap = results.groupby("method")["drift_minus_lr_ratio"].median().dropna()  # methods with a drift record
         lines.append(

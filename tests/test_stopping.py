@@ -1,0 +1,39 @@
+"""Early stopping judged from stored drift: the rule at any threshold, shares with exact binomial intervals."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from topotuner_lab.study.stopping import early_by, share_interval, stop_epoch_at, threshold_sweep
+
+
+def test_stop_epoch_at_applies_the_callbacks_rule():
+    drift = [1.0, 0.6, 0.4, 0.2]
+    assert stop_epoch_at(drift, 0.5) == 3 and stop_epoch_at(drift, 0.7) == 2 and stop_epoch_at(drift, 0.1) is None
+    assert stop_epoch_at([1.0, 0.1], 0.5, earliest=3) is None  # never before the earliest epoch
+    assert stop_epoch_at([0.1, 0.9, 0.1], 0.5) == 3  # epoch 1 is the reference, never a stop
+    assert stop_epoch_at([1.0, 0.5], 0.5) is None  # strictly below
+
+
+def test_share_interval_is_the_exact_binomial_one():
+    all_three = share_interval(3, 3)
+    assert all_three.estimate == 1.0 and all_three.high == 1.0 and all_three.low == pytest.approx(0.2924, abs=1e-4)
+    none = share_interval(0, 10)
+    assert none.low == 0.0 and none.high == pytest.approx(0.3085, abs=1e-4)
+    assert math.isnan(share_interval(0, 0).estimate)
+
+
+def test_threshold_sweep_from_stored_histories():
+    runs = [
+        ([1.0, 0.45, 0.3, 0.2, 0.1, 0.1], [0.70, 0.80, 0.82, 0.83, 0.84, 0.85]),
+        ([1.0, 0.8, 0.6, 0.35, 0.3, 0.2], [0.60, 0.70, 0.75, 0.80, 0.80, 0.80]),
+        ([1.0, 0.9, 0.9, 0.9, 0.9, 0.9], []),  # never stops below 0.9; no per-epoch accuracy
+    ]
+    assert early_by(6) == 3
+    sweep = threshold_sweep(runs, 6, thresholds=(0.5, 0.7)).set_index("threshold")
+    assert sweep.loc[0.5, "stopped_by_3"] == 1 and sweep.loc[0.7, "stopped_by_3"] == 2  # run 2 stops at 3 at 0.7
+    assert sweep.loc[0.5, "median_stop"] == 4.0  # stops 2, 4 and never (6)
+    assert sweep.loc[0.5, "acc_at_stop_minus_end"] == pytest.approx(((0.80 - 0.85) + (0.80 - 0.80)) / 2)
+    assert sweep.loc[0.7, "share"] == pytest.approx(2 / 3) and sweep.loc[0.7, "share_low"] < 2 / 3

@@ -1,0 +1,77 @@
+"""Early stopping judged from what the runs stored: stop epochs at any threshold, shares with binomial intervals.
+
+Every card run in observe mode keeps its normalized epoch-to-epoch drift (``drift_history``) and, when it evaluates
+each epoch, its test accuracy per epoch. The stop epoch at another threshold is then a lookup, not a retraining
+(:func:`stop_epoch_at` applies the callback's own rule), so a threshold sweep costs nothing
+(:func:`threshold_sweep`). "Stops early" is judged as a share of runs with an exact binomial interval
+(:func:`share_interval`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from topotuner_lab.study.stats import Interval
+from topotuner_lab.training.early_stopping import EARLIEST_STOP
+
+#: thresholds of the sweep the report shows (normalized drift starts at 1.0)
+SWEEP_THRESHOLDS: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def stop_epoch_at(normalized: Sequence[float], threshold: float, earliest: int = EARLIEST_STOP) -> int | None:
+    """The epoch the rule fires at ``threshold``: the first from ``earliest`` on whose drift is below it (1-based)."""
+    for epoch, value in enumerate(normalized, start=1):
+        if epoch >= earliest and value < threshold:
+            return epoch
+    return None
+
+
+def share_interval(hits: int, runs: int, level: float = 0.95) -> Interval:
+    """The share ``hits / runs`` with its exact (Clopper-Pearson) binomial interval."""
+    from scipy.stats import binomtest
+
+    if runs == 0:
+        return Interval(float("nan"), float("nan"), float("nan"), level)
+    ci = binomtest(hits, runs).proportion_ci(confidence_level=level, method="exact")
+    return Interval(hits / runs, float(ci.low), float(ci.high), level)
+
+
+def early_by(budget: int) -> int:
+    """The epoch "early" means for a budget: half of it, rounded down ("2-3 of 6 epochs" -> by epoch 3)."""
+    return budget // 2
+
+
+def threshold_sweep(
+    runs: Sequence[tuple[Sequence[float], Sequence[float]]], budget: int, thresholds: Sequence[float] = SWEEP_THRESHOLDS
+) -> pd.DataFrame:
+    """Per threshold: stop epochs from the stored drift, the share stopping early, accuracy at stop minus at the end.
+
+    Early is by :func:`early_by` of ``budget``. ``runs`` holds per run its normalized drift per epoch and its test
+    accuracy per epoch (empty when the run did not evaluate each epoch: its accuracy change is left out). A run that
+    never stops counts as not early, accuracy change 0.
+    """
+    rows = []
+    by = early_by(budget)
+    for threshold in thresholds:
+        stops = [stop_epoch_at(drift, threshold) for drift, _ in runs]
+        early = sum(s is not None and s <= by for s in stops)
+        share = share_interval(early, len(runs))
+        changes = [
+            (acc[stop - 1] if stop is not None else acc[-1]) - acc[-1] for stop, (_, acc) in zip(stops, runs) if acc
+        ]
+        rows.append(
+            {
+                "threshold": threshold,
+                "runs": len(runs),
+                "median_stop": float(np.median([s if s is not None else budget for s in stops])) if runs else np.nan,
+                f"stopped_by_{by}": early,
+                "share": share.estimate,
+                "share_low": share.low,
+                "share_high": share.high,
+                "acc_at_stop_minus_end": float(np.mean(changes)) if changes else np.nan,
+            }
+        )
+    return pd.DataFrame(rows)
