@@ -59,3 +59,28 @@ def test_an_inconclusive_claim_says_what_would_decide_it():
     assert unclear.verdict == "inconclusive" and ("seeds" in unclear.to_decide or "examples" in unclear.to_decide)
     clear = _result("c", "s", "a - b", two_way_bootstrap(a + 1.0, b), 0.0)
     assert clear.verdict == "held" and clear.to_decide == ""
+
+
+def test_holm_keeps_the_primary_claim_and_corrects_the_secondary_ones():
+    from topotuner_lab.study.claims import ClaimResult, with_holm
+
+    def claim(name: str, p: float | None, verdict: str = "held") -> ClaimResult:
+        return ClaimResult(name, "s", "m", 0.1, 0.01, 0.2, 0.0, verdict, p_value=p)
+
+    claims = [claim("primary one", 0.04), claim("a", 0.001), claim("b", 0.03), claim("c", 0.04), claim("d", None)]
+    judged = with_holm(claims, "primary one")
+    assert [c.role for c in judged] == ["primary"] + ["secondary"] * 4
+    assert judged[0].verdict == "held"  # the primary claim is judged on its own interval
+    # secondary p-values 0.001, 0.03, 0.04 against 0.05/3, 0.05/2, 0.05/1: only the first is rejected
+    assert [c.verdict for c in judged[1:]] == ["held", "inconclusive (Holm)", "inconclusive (Holm)", "held"]
+
+
+def test_paired_claims_carry_a_two_sided_p_value():
+    from topotuner_lab.study.claims import _result
+
+    rng = np.random.default_rng(3)
+    a, b = _synthetic(3, 300, seed_sd=0.01, example_sd=0.3, rng=rng)
+    far = _result("c", "s", "a - b", two_way_bootstrap(a + 0.5, b), 0.0)
+    assert far.p_value is not None and far.p_value < 0.001
+    near = _result("c", "s", "a - b", two_way_bootstrap(a - (a - b).mean(), b), 0.0)
+    assert near.p_value is not None and near.p_value > 0.5

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -21,10 +22,14 @@ from topotuner_lab._io.errors import TaskError
 from topotuner_lab.study.plan import DEFAULT_RECIPE, with_key_columns
 from topotuner_lab.study.power import size_to_decide
 from topotuner_lab.study.stats import (
+    HELD,
     INCONCLUSIVE,
+    NOT_HELD,
     UNTESTABLE,
     Interval,
     bootstrap_ratio,
+    holm,
+    two_sided_p,
     two_way_bootstrap,
     verdict,
 )
@@ -58,6 +63,10 @@ class ClaimResult:
     verdict: str
     #: for an inconclusive paired claim: the seeds (or examples) its measured variances say would decide it
     to_decide: str = ""
+    #: two-sided bootstrap p-value against the threshold (paired claims), and the claim's role: ``primary`` (the
+    #: preset's pre-registered claim) or ``secondary`` (Holm-corrected); empty before :func:`with_holm`
+    p_value: float | None = None
+    role: str = ""
 
     def as_row(self) -> dict[str, object]:
         """The result as a table row (field name to value)."""
@@ -96,9 +105,30 @@ def _result(
         if judged == INCONCLUSIVE and interval.design is not None
         else ""
     )
+    p = two_sided_p(interval.draws, threshold) if interval.draws is not None else None
     return ClaimResult(
-        claim, setting, measure, interval.estimate, interval.low, interval.high, threshold, judged, to_decide
+        claim, setting, measure, interval.estimate, interval.low, interval.high, threshold, judged, to_decide, p
     )
+
+
+def with_holm(claims: list[ClaimResult], primary: str) -> list[ClaimResult]:
+    """The claims with their roles: ``primary`` as judged; the secondary paired claims under Holm's correction.
+
+    A secondary claim that held (or did not hold) by its own interval but whose p-value Holm's step-down procedure
+    does not reject over all the secondary paired claims is *inconclusive (Holm)*; claims without a p-value (ratios,
+    shares, stability) keep their verdict.
+    """
+    tested = [i for i, c in enumerate(claims) if c.claim != primary and c.p_value is not None]
+    rejected = dict(zip(tested, holm([cast(float, claims[i].p_value) for i in tested])))
+    out = []
+    for index, c in enumerate(claims):
+        if c.claim == primary:
+            out.append(replace(c, role="primary"))
+        elif index in rejected and not rejected[index] and c.verdict in (HELD, NOT_HELD):
+            out.append(replace(c, role="secondary", verdict=f"{INCONCLUSIVE} (Holm)"))
+        else:
+            out.append(replace(c, role="secondary"))
+    return out
 
 
 def _scored(where: str | pd.DataFrame) -> str:

@@ -97,6 +97,12 @@ class Preset(Config):
         check=_names(STRATEGIES),
     )
     stop_threshold: float = opt(DEFAULT_STOP_THRESHOLD, "early-stopping threshold of the cards", check=OPEN_UNIT)
+    primary_claim: str = opt(
+        "competitive with full fine-tuning",
+        "the pre-registered primary claim, judged on its own interval; every other paired claim is secondary and "
+        "judged after Holm's correction",
+        check=Check(lambda v: isinstance(v, str) and v.strip() != "", "a claim's name"),
+    )
     metric: str = opt(DEFAULT_METRIC, "drift column the cards rank by")
     normalization: str = opt(DEFAULT_NORMALIZATION, "how drift is compared across sizes", choices=NORMALIZATIONS)
     noise_seeds: tuple[int, ...] = opt((0, 1), "perturbation seeds of the noise floor", check=SEEDS)

@@ -11,7 +11,7 @@ inside a stated band, and is *inconclusive* otherwise. Secondary claims are judg
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -37,6 +37,8 @@ class Interval:
     level: float = LEVEL
     #: the variance components it came from (paired seed x example intervals), for the size a decision needs
     design: Design | None = None
+    #: the bootstrap draws behind it (paired intervals), for p-values and Holm's correction
+    draws: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{self.estimate:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
@@ -107,7 +109,7 @@ def two_way_bootstrap(
     interval = percentile_interval(
         float(np.mean(np.asarray(a, dtype=float)) - np.mean(np.asarray(b, dtype=float))), draws, level
     )
-    return replace(interval, design=variance_components(a, b))
+    return replace(interval, design=variance_components(a, b), draws=draws)
 
 
 def p_value(draws: ArrayLike, threshold: float = 0.0, *, higher_is_better: bool = True) -> float:
@@ -118,6 +120,11 @@ def p_value(draws: ArrayLike, threshold: float = 0.0, *, higher_is_better: bool 
     values = np.asarray(draws, dtype=float)
     wrong = values <= threshold if higher_is_better else values >= threshold
     return float((wrong.sum() + 1) / (values.size + 1))
+
+
+def two_sided_p(draws: ArrayLike, threshold: float = 0.0) -> float:
+    """Two-sided bootstrap p-value of "the estimate differs from ``threshold``": twice the smaller one-sided one."""
+    return min(1.0, 2 * min(p_value(draws, threshold), p_value(draws, threshold, higher_is_better=False)))
 
 
 def holm(p_values: Sequence[float], alpha: float = 1 - LEVEL) -> list[bool]:

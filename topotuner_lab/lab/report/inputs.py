@@ -17,7 +17,7 @@ from topotuner_lab._io.errors import InputFileError
 from topotuner_lab.drift.tables import load_table
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import build_profile
-from topotuner_lab.study.claims import ClaimResult, claim_results, correct_from, stopping_runs
+from topotuner_lab.study.claims import ClaimResult, claim_results, correct_from, stopping_runs, with_holm
 from topotuner_lab.study.plan import with_key_columns
 from topotuner_lab.study.presets import RECIPE_STRATEGIES, Preset
 from topotuner_lab.study.protocol import prior_seed_dir
@@ -126,7 +126,10 @@ def load_study(out_dir: str | Path) -> StudyInputs:
         preset,
         planned or len(results),
         machine or "machine not recorded",
-        (claim_results(results, correct) if len(results) else []) + drift_claims(models, preset),
+        with_holm(
+            (claim_results(results, correct) if len(results) else []) + drift_claims(models, preset),
+            preset.primary_claim,
+        ),
         models,
         (len(correct(str(results["run_dir"].iloc[0]), "test_correct")) or None) if len(results) else None,
         _transfer_records(out),

@@ -193,7 +193,8 @@ def claims_section(claims: list[ClaimResult]) -> str:
         f"{fmt(e, ' - ' in m)} [{fmt(lo, ' - ' in m)}, {fmt(hi, ' - ' in m)}]"
         for e, lo, hi, m in zip(table["estimate"], table["low"], table["high"], table["measure"])
     ]
-    columns = ["claim", "setting", "measure", "estimate [95% CI]", "threshold", "verdict"]
+    roles = "role" in table and (table["role"].fillna("") != "").any()
+    columns = [*(["role"] if roles else []), "claim", "setting", "measure", "estimate [95% CI]", "threshold", "verdict"]
     sized = "to_decide" in table and (table["to_decide"].fillna("") != "").any()
     shown = table[[*columns, "to_decide"]] if sized else table[columns]
     overall = "\n".join(f"- {claim}: **{summary_verdict(claims, claim)}**" for claim in dict.fromkeys(table["claim"]))
@@ -208,6 +209,14 @@ def claims_section(claims: list[ClaimResult]) -> str:
         "cannot decide it either way (a stop-epoch threshold below the earliest epoch the rule can fire, "
         f"{EARLIEST_STOP}, needs a longer budget). Competitive means at most "
         f"{COMPETITIVE_MARGIN:g} below full FT."
+        + (
+            " The *primary* claim was named before the runs (the preset's `primary_claim`) and is judged on its own "
+            "interval; every *secondary* paired claim is also judged after Holm's correction of its two-sided "
+            "bootstrap p-value over all of them, and one its own interval decides but Holm does not reject reads "
+            "*inconclusive (Holm)*."
+            if roles
+            else ""
+        )
         + (
             " For an inconclusive paired claim, *to_decide* is the size its measured variances say would decide it: "
             "the seeds (at these test examples) for the 95% half-width to shrink below the distance from the "
