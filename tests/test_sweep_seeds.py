@@ -62,3 +62,13 @@ def test_a_comparison_with_sweep_seeds_keeps_their_runs_out_of_the_results(tmp_p
     means = sweep.groupby("lr")["val_logloss"].mean()
     assert chosen["lr"].iloc[0] == means.idxmin()  # the rate with the best mean over the two sweep seeds
     assert isinstance(pd.read_csv(tmp_path / "out" / "results.csv"), pd.DataFrame)
+
+
+def test_the_decisive_preset_is_pre_registered_as_issue_19_asks():
+    decide = PRESETS["cpu-decide"]
+    assert len(decide.seeds) >= 5 and decide.sweep_seeds and not set(decide.sweep_seeds) & set(decide.seeds)
+    assert {"random", "magnitude", "low-drift"} <= set(decide.strategies) and decide.strategies[0] == "high-drift"
+    assert decide.target.epochs == 6 and decide.target.eval_each_epoch and decide.target.observe_only
+    assert decide.target.n_ood >= 1000 and decide.target.ood_tasks == ("boolq",)  # yes/no, unlike SST-2's words
+    assert decide.primary_claim == "competitive with full fine-tuning" and len(decide.prior_seeds) >= 3
+    assert len(decide.noise_seeds) >= 5 and decide.lr_extend >= 1

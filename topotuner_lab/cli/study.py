@@ -46,8 +46,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     rp.add_argument(
         "--preset",
         default="compare",
-        help="tiny, tiny-selectors, compare, cpu-small (~1.5 h here), cpu-both (~7 h), selectors (~1 h), models "
-        "(drift only, three model families) (default: %(default)s)",
+        help="tiny, tiny-selectors, families-tiny (CI), compare, cpu-small (~1.5 h here), cpu-both (~7 h), selectors "
+        "(~1 h), models (drift only, three model families), families (task families, ~2 h), cpu-decide (issue 19's "
+        "pre-registered comparison, ~10 h over several sittings), gpu-paper (the paper's setting, a GPU machine) "
+        "(default: %(default)s)",
     )
     rp.add_argument("-o", "--output", default=None, help="output folder (default: runs/reproduce-PRESET)")
     rp.add_argument("--report", default=None, help="where to write the Markdown report (cpu-small: docs/RESULTS.md)")
