@@ -38,6 +38,7 @@ def test_every_option_has_help_and_finetune_options_are_the_config_fields():
                 assert action.help, f"{name} {action.option_strings or action.dest} has no help"
     finetune = {a.dest: a for a in subparsers.choices["finetune"]._actions}
     for field in dataclasses.fields(FinetuneConfig):
-        assert field.name in finetune and finetune[field.name].default == field.default, field.name
+        wanted = list(field.default) if isinstance(field.default, tuple) else field.default  # nargs: a list
+        assert field.name in finetune and finetune[field.name].default == wanted, field.name
     drift = {a.dest: a for a in subparsers.choices["drift"]._actions}
     assert tuple(drift["solver"].choices) == SOLVERS

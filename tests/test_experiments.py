@@ -53,7 +53,7 @@ def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
     assert "## Is the drift profile model-dependent?" in report and "tiny-qwen2" in report
     # the comparison computed the second model's noise floor; a report only renders it, and never computes one
     noise = out / "models" / "tiny-qwen2" / "noise"
-    assert sorted(p.name for p in noise.iterdir()) == ["noise-0.parquet", "noise-1.parquet"]
+    assert sorted(p.name for p in noise.iterdir()) == [f"noise-{seed}.parquet" for seed in range(5)]
     shutil.rmtree(noise)
     write_report(out, out / "AGAIN.md", "test")
     assert not noise.exists() and "## Is the drift profile model-dependent?" in (out / "AGAIN.md").read_text()

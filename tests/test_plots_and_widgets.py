@@ -171,7 +171,7 @@ def test_transfer_gradients_marks_the_card_picks():
 
 @pytest.fixture
 def recipe_tables(tiny_snapshot):
-    """A drift source over the tiny model: each recipe's table (pretrained vs a perturbed copy) and two noise tables."""
+    """A drift source over the tiny model: each recipe's table (pretrained vs a perturbed copy), five noise tables."""
     after = perturb_snapshot(tiny_snapshot, 0.05)
     calls = []
 
@@ -181,7 +181,7 @@ def recipe_tables(tiny_snapshot):
         table = drift_table(tiny_snapshot, after, settings, n_jobs=1, cache=DriftCache(None))
         noise = [
             drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.01, seed), settings, n_jobs=1)
-            for seed in (0, 1)
+            for seed in range(5)
         ]
         return table, noise
 
@@ -195,7 +195,7 @@ def test_profile_builder_offers_the_drift_recipe(recipe_tables, tiny_llama, tmp_
     assert builder.recipe.options == ("default", "reference") and builder.recipe.value == "default"
     assert not builder.recipe.disabled and recipe_tables.calls == ["default"]
     assert builder.dim.options == (0, 1) and builder.order.options == ("1", "2", "bottleneck")
-    assert "noise-z" in builder.normalization.options  # the source gave two noise tables
+    assert "noise-z" in builder.normalization.options  # the source gave five noise tables (MIN_NOISE_DRAWS)
     builder.mode.value, builder.count.value = "count", 3
     builder.dim.value, builder.order.value, builder.normalization.value = 1, "2", "noise-z"
     assert builder.card.metric == "h1_w2" and builder.card.normalization == "noise-z"

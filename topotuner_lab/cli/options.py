@@ -74,7 +74,8 @@ def add_config_options(
         if isinstance(default, tuple):
             kwargs["nargs"] = "+"
             kwargs["default"] = unset if only_given else list(default)
-            kwargs["help"] = f"{help_text} (default: {' '.join(f'{v:g}' for v in default)})"
+            shown = " ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in default) or "none"
+            kwargs["help"] = f"{help_text} (default: {shown})"
         parser.add_argument(*flags, **kwargs)
 
 

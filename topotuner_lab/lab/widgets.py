@@ -23,7 +23,7 @@ from topotuner_lab.drift.noise import NoiseCheck, noise_check
 from topotuner_lab.drift.settings import RECIPES, DriftSettings
 from topotuner_lab.lab.plots import drift_heatmaps, update_figure_widget
 from topotuner_lab.profiles.card import DEFAULT_NORMALIZATION, NORMALIZATIONS, STRATEGIES, ModelIdentity, ProfileCard
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import MIN_NOISE_DRAWS, build_profile
 from topotuner_lab.tasks.specs import TASKS, TaskSpec, get_task
 from topotuner_lab.weights.projections import parse_pid
 
@@ -281,7 +281,7 @@ class ProfileBuilder(w.VBox):
         dims = sorted({m.dim for m in measures})
         orders = sorted({f"{m.order:g}" for m in measures if m.order is not None}, key=float)
         orders += ["bottleneck"] if any(m.order is None for m in measures) else []
-        usable = [n for n in NORMALIZATIONS if n != "noise-z" or len(self.noise) >= 2]
+        usable = [n for n in NORMALIZATIONS if n != "noise-z" or len(self.noise) >= MIN_NOISE_DRAWS]
         self._set_options(self.dim, dims, dims[0])
         self._set_options(self.order, orders, orders[0])
         self._set_options(self.normalization, usable, DEFAULT_NORMALIZATION)

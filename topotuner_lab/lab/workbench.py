@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from topotuner_lab.training.transfer import TransferCheck
 
 #: perturbation seeds of the noise floor (two, so a z-score against noise is defined)
-NOISE_SEEDS: tuple[int, ...] = (0, 1)
+NOISE_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)  # MIN_NOISE_DRAWS of them: enough for noise-z
 #: the selectors notebook 7 ranks side by side: topology (high- and low-drift), the magnitude control, and the field's
 #: weight statistics (Spectrum's SNR, WeightWatcher's alpha, KappaTune's kappa)
 SELECTORS: tuple[str, ...] = ("high-drift", "low-drift", "magnitude", "snr", "alpha", "kappa")

@@ -46,6 +46,10 @@ from topotuner_lab.profiles.card import (
 )
 from topotuner_lab.weights.projections import KINDS, parse_pid
 
+#: noise tables noise-z needs: its standard deviation from fewer draws is too rough to divide by (2 draws: the
+#: estimate's own relative error is ~70%; 5: ~35%)
+MIN_NOISE_DRAWS = 5
+
 
 def param_counts(shapes: dict[str, list[int]]) -> dict[str, int]:
     """Parameters per projection id, from the shapes a card or snapshot records."""
@@ -116,7 +120,7 @@ def normalized_scores(
     ``raw``: the column itself. ``per-point``: divided by the pretrained diagram's number of points (W sums over
     points, so bigger matrices drift more by size alone). ``relative``: divided by the pretrained diagram's total
     persistence. ``noise-z``: (drift - mean noise drift) / std of the noise drift, over ``noise`` tables of the same
-    pretrained matrices against small random perturbations (at least two).
+    pretrained matrices against small random perturbations (at least :data:`MIN_NOISE_DRAWS`).
     """
     if normalization not in NORMALIZATIONS:
         raise ProfileError(f"unknown normalization {normalization!r}", f"use one of {', '.join(NORMALIZATIONS)}")
@@ -135,10 +139,12 @@ def normalized_scores(
                 "rank by e.g. h0_w1, or recompute the table with `topotuner-lab drift`",
             )
         return scores / indexed[column].astype(float).clip(lower=np.finfo(float).tiny)
-    if len(noise) < 2:
+    if len(noise) < MIN_NOISE_DRAWS:
         raise ProfileError(
-            f"normalization 'noise-z' needs at least two noise drift tables, got {len(noise)}",
-            "compute drift of the pretrained snapshot against 2+ perturbed copies (`topotuner-lab perturb --seed N`)",
+            f"normalization 'noise-z' needs at least {MIN_NOISE_DRAWS} noise drift tables (its standard deviation "
+            f"comes from them), got {len(noise)}",
+            f"compute drift of the pretrained snapshot against {MIN_NOISE_DRAWS}+ perturbed copies "
+            "(`topotuner-lab perturb --seed N`), or use per-point",
         )
     floor = pd.concat([n.set_index("pid")[metric].astype(float).reindex(scores.index) for n in noise], axis=1)
     if floor.isna().any().any():

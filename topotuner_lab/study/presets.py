@@ -105,7 +105,9 @@ class Preset(Config):
     )
     metric: str = opt(DEFAULT_METRIC, "drift column the cards rank by")
     normalization: str = opt(DEFAULT_NORMALIZATION, "how drift is compared across sizes", choices=NORMALIZATIONS)
-    noise_seeds: tuple[int, ...] = opt((0, 1), "perturbation seeds of the noise floor", check=SEEDS)
+    noise_seeds: tuple[int, ...] = opt(
+        (0, 1, 2, 3, 4), "perturbation seeds of the noise floor (noise-z needs 5: MIN_NOISE_DRAWS)", check=SEEDS
+    )
     drift: DriftSettings = opt(DriftSettings(), "drift settings of the default recipe's tables")
     recipes: tuple[str, ...] = opt(
         ("default",),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -176,14 +176,16 @@ def _same_config(done: RunResults, cfg: FinetuneConfig) -> bool:
     """Whether ``done`` ran ``cfg``: its recorded config, with the counts asked for where the data held fewer.
 
     A run that also wrote per-epoch snapshots serves a config that does not ask for them (the training is the same),
-    and one recorded before ``save_epoch_snapshots`` existed is one that did not write them.
+    and one recorded before ``save_epoch_snapshots`` (``ood_tasks``) existed is one that did not write them (scored
+    the default out-of-domain task).
     """
     ignore = ("output_dir", "keep_checkpoints")
-    asked = {"save_epoch_snapshots": False, **(done.get("config") or {}), **(done.get("requested_counts") or {})}
+    before = {"save_epoch_snapshots": False, "ood_tasks": []}  # fields added later, as a run without them ran
+    asked = {**before, **(done.get("config") or {}), **(done.get("requested_counts") or {})}
     if asked["save_epoch_snapshots"] and not cfg.save_epoch_snapshots:
         asked["save_epoch_snapshots"] = False
     recorded = {k: v for k, v in asked.items() if k not in ignore}
-    return recorded == {k: v for k, v in asdict(cfg).items() if k not in ignore}
+    return recorded == {k: v for k, v in cfg.to_dict().items() if k not in ignore}  # JSON values: tuples as lists
 
 
 def finetune_once(loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str], None] = lambda _: None) -> RunResults:

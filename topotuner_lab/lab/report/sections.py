@@ -12,7 +12,7 @@ import pandas as pd
 
 from topotuner_lab.drift.noise import noise_check
 from topotuner_lab.profiles.card import NORMALIZATIONS, ModelIdentity
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import MIN_NOISE_DRAWS, build_profile
 from topotuner_lab.study.claims import (
     COMPETITIVE_MARGIN,
     ClaimResult,
@@ -315,7 +315,7 @@ def normalization_section(
                 noise=noise,
             ).trainable
             for norm in NORMALIZATIONS
-            if norm != "noise-z" or len(noise) >= 2
+            if norm != "noise-z" or len(noise) >= MIN_NOISE_DRAWS
         }
         used = set(picks[preset.normalization])
         for norm, chosen in picks.items():
