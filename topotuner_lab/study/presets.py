@@ -234,6 +234,7 @@ PRESETS: dict[str, Preset] = {
         target_tasks=("boolq", "dialogsum", "mbpp", "sst2"),
         budgets=(0.01,),
         strategies=("high-drift",),
+        noise_seeds=(0, 1),  # the noise floor as a scale check; the cards normalize per point (no noise-z)
         seeds=(0,),
         constant_lr=(),
         transfer_rows=32,
