@@ -144,7 +144,7 @@ def test_setup_reports_the_presets_sizes_grids_and_arms():
     assert "observe mode" in stopping and "the card(s) high-drift also run at their chosen rate" in stopping
     # wall seconds: full 60, 180, 120, 180 (median 150 s = 2.5 min), the card 30 each (0.5 min); 690 s = 0.19 h
     assert cost == (
-        "Cost here (2 CPU cores), median minutes per fine-tune including evaluation: full 2.5, profile 0.5; "
+        "Cost on the machine in the header, median minutes per fine-tune including evaluation: full 2.5, profile 0.5; "
         "9 fine-tunes in all, 0.2 h."
     )
     assert drift_only == "Drift only (own prior fine-tunes, no transfer grid): tiny-qwen2."
@@ -176,7 +176,7 @@ def test_setup_without_the_optional_parts():
 
 def test_setup_leaves_out_the_cost_when_no_run_recorded_it():
     results = _results().assign(wall_sec=np.nan)
-    assert "Cost here" not in sections.setup_section(PRESET, 9, 9, results)
+    assert "Cost on the machine" not in sections.setup_section(PRESET, 9, 9, results)
 
 
 # claims --------------------------------------------------------------------------------------------------------
@@ -617,3 +617,14 @@ def test_transfer_matrix_section_marks_non_commercial_targets_and_needs_two_sett
     assert "non-commercial data" in text and "![transfer matrix](figures/m.png)" in text
     assert transfer_matrix_section(matrix.iloc[:1], None) == ""
     assert "\u2020" not in transfer_matrix_section(matrix[matrix["target"] == "boolq"], None)
+
+
+def test_the_margin_is_put_against_the_zero_shot_to_full_ft_gain():
+    runs = _family_runs().assign(test_acc_before=0.40)
+    lines = sections.margin_lines(runs)
+    # full FT scores 0.60 on both targets: a gain of 0.20, of which the 0.03 margin is 15%
+    assert lines[0] == (
+        "Margin in context (boolq): the pretrained model scores 0.400 zero-shot on the test rows, full FT 0.600 (mean "
+        "over seeds); the competitive margin 0.03 is 15% of that gain."
+    )
+    assert len(lines) == 2 and sections.margin_lines(_family_runs()) == []  # no zero-shot score recorded

@@ -271,3 +271,5 @@ def test_a_forgetting_battery_scores_each_task_on_its_own_metric_before_and_afte
     assert battery["boolq"]["before"] == pytest.approx(res["ood_accuracy_before"])
     assert all(len(b["correct_before"]) == len(b["correct_after"]) == 3 for b in battery.values())
     assert load_results(tmp_path / "run" / "results.json")["ood_battery"] == battery
+    assert len(res["test_correct_before"]) == len(res["test_correct"]) == 4  # zero-shot on the same test rows
+    assert res["test_accuracy_before"] == pytest.approx(sum(res["test_correct_before"]) / 4)

@@ -569,6 +569,7 @@ def summary_row(spec: RunSpec, res: RunResults, selected: bool, run_dir: Path) -
         "role": spec.role,
         "val_acc": res.get("val_accuracy"),
         "val_logloss": res.get("val_logloss"),
+        "test_acc_before": res.get("test_accuracy_before"),  # the pretrained model's, on the same test rows
         "test_acc": res["test_accuracy"],  # the target's primary metric (named in "metric"), accuracy or another
         "metric": res.get("metric", "acc"),
         "train_acc": res["train_accuracy"],

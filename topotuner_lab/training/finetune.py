@@ -194,6 +194,15 @@ def _pretrained_scores(
     return {name: list(value) if isinstance(value, list) else value for name, value in per_model[key].items()}
 
 
+def _zero_shot(loaded: LoadedModel, cfg: FinetuneConfig, data: RunData, score: TaskScorer) -> np.ndarray:
+    """The pretrained model's per-example test score: where fine-tuning starts (once per process and test draw)."""
+    key = ("zero-shot", cfg.task, cfg.n_test, cfg.max_length, cfg.data_source)
+    per_model = _PRETRAINED_SCORES.setdefault(loaded.model, {})
+    if key not in per_model:
+        per_model[key] = {"test": score(loaded.model, data.test)}
+    return np.asarray(per_model[key]["test"])
+
+
 def battery_results(
     before: dict[str, dict[str, np.ndarray]], after: dict[str, dict[str, np.ndarray]], metrics: dict[str, str]
 ) -> dict[str, dict[str, Any]]:
@@ -257,6 +266,7 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
     # train and validation rows are the training task's (train_task: e.g. IFEval trains on Alpaca), scored on its metric
     score_val = TaskScorer(get_task(cfg.task).train_task or cfg.task, tokenizer, cfg.max_length).with_logloss
     before = _pretrained_scores(loaded, cfg, data, scorers)
+    zero_shot = _zero_shot(loaded, cfg, data, score)
     model, info = prepare_model(loaded, cfg, card)
     callbacks, threshold = _callbacks(cfg, card, score, data, score_val)
     if cfg.save_epoch_snapshots:  # after the early-stopping callback, whose copy of the matrices it reuses
@@ -273,6 +283,8 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
         )
     metrics = {task: scorer.metric for task, scorer in scorers.items()}
     results["ood_battery"] = battery_results(before["battery"], after, metrics)
+    results["test_accuracy_before"] = accuracy(zero_shot)
+    results["test_correct_before"] = per_example(zero_shot)
     results.update(info)  # type: ignore[typeddict-item]
     results["requested_counts"] = capped
     results["resumed_from"] = resume

@@ -42,6 +42,8 @@ class RunResults(TypedDict, total=False):
       ``test_accuracy`` and ``test_correct`` hold its mean and per-example values (0/1 for a 0/1 metric), whatever
       its name. ``test_metrics``: the mean of every metric the task is scored by; ``test_example_metrics``: their
       per-example values (``test_correct``'s order).
+    - ``test_accuracy_before``, ``test_correct_before``: the pretrained (zero-shot) model's score on the same test
+      rows, mean and per example: where fine-tuning starts, the scale a non-inferiority margin is read against.
     - ``ood_battery``: the forgetting battery (``ood_tasks``; the first is ``ood_task``), per task its ``metric``,
       mean score ``before`` and ``after`` fine-tuning and per-example ``correct_before`` / ``correct_after``.
     - ``stop_epoch_test_correct``: per test row (``test_correct``'s order), 1 if it was right after the epoch the
@@ -86,6 +88,8 @@ class RunResults(TypedDict, total=False):
     ood_accuracy_after: float
     ood_correct_after: list[int] | list[float]
     ood_battery: dict[str, dict[str, Any]]
+    test_accuracy_before: float
+    test_correct_before: list[int] | list[float]
     perplexity_before: float
     perplexity_after: float
     ppl_nll_before: list[float]

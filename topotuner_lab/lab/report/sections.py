@@ -102,6 +102,26 @@ def noise_floor_section(
     )
 
 
+def margin_lines(results: pd.DataFrame) -> list[str]:
+    """Per target, the competitive margin against the gain fine-tuning brings: zero-shot -> full FT test score."""
+    if "test_acc_before" not in results or results["test_acc_before"].isna().all():
+        return []
+    runs = runs_at_chosen_rate(results)
+    lines = []
+    for target, group in runs.groupby("target", sort=False):
+        full = group.loc[group["method"] == "full", "test_acc"]
+        zero = group["test_acc_before"].dropna()
+        if full.empty or zero.empty:
+            continue
+        gain = full.mean() - zero.iloc[0]
+        share = f"{COMPETITIVE_MARGIN / gain:.0%} of that gain" if gain > 0 else "larger than any gain (none here)"
+        lines.append(
+            f"Margin in context ({target}): the pretrained model scores {zero.iloc[0]:.3f} zero-shot on the test rows, "
+            f"full FT {full.mean():.3f} (mean over seeds); the competitive margin {COMPETITIVE_MARGIN:g} is {share}."
+        )
+    return lines
+
+
 def setup_section(preset: Preset, runs: int, planned: int, results: pd.DataFrame, test_rows: int | None = None) -> str:
     """What was run and what each run costs here, from the preset the comparison recorded.
 
@@ -140,15 +160,22 @@ def setup_section(preset: Preset, runs: int, planned: int, results: pd.DataFrame
         + "; "
         f"{target.epochs} epochs, batch {target.batch_size}, {target.max_length} tokens, linear "
         "learning-rate decay.",
-        f"Learning rates: each method (full FT, LoRA, each card strategy at each budget) swept over {grids} on the "
-        "first seed"
+        f"Learning rates: each method (full FT, LoRA, each card strategy at each budget) swept over {grids} on "
+        + (
+            f"sweep seeds {', '.join(map(str, preset.sweep_seeds))} (their runs are never results; the criterion is "
+            "averaged over them)"
+            if preset.sweep_seeds
+            else "the first seed"
+        )
         + (
             f", extended past an edge by up to {preset.lr_extend} rates while the best lies on it"
             if preset.lr_extend
             else ""
         )
         + ", the rate with the lowest validation log-loss (the best validation accuracy where a run recorded no "
-        "log-loss) kept for the other seeds; the chosen rates are in the learning-rate section.",
+        "log-loss) kept for "
+        + ("every seed" if preset.sweep_seeds else "the other seeds")
+        + "; the chosen rates are in the learning-rate section.",
         f"Cards: {', '.join(preset.strategies)} ranked by `{preset.metric}` with `{preset.normalization}` "
         "normalization (see the normalization "
         f"section), at budgets {', '.join(f'{100 * b:g}%' for b in preset.budgets)} of all parameters; LoRA on "
@@ -168,10 +195,11 @@ def setup_section(preset: Preset, runs: int, planned: int, results: pd.DataFrame
     if "wall_sec" in results and results["wall_sec"].notna().any():
         cost = results.groupby("method")["wall_sec"].median() / 60
         lines.append(
-            "Cost here (2 CPU cores), median minutes per fine-tune including evaluation: "
+            "Cost on the machine in the header, median minutes per fine-tune including evaluation: "
             + ", ".join(f"{k} {v:.1f}" for k, v in cost.items())
             + f"; {runs} fine-tunes in all, {results['wall_sec'].sum() / 3600:.1f} h."
         )
+    lines += margin_lines(results)
     if preset.other_models:
         lines.append(f"Drift only (own prior fine-tunes, no transfer grid): {', '.join(preset.other_models)}.")
     if runs < planned:
