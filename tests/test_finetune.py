@@ -205,19 +205,29 @@ def test_pretrained_scores_are_computed_once_per_model_and_rows(tiny_llama, monk
 
     calls = []
 
-    def score_ood(model, rows):
-        calls.append(len(rows))
-        return np.ones(len(rows), dtype=bool)
+    class Scorer:
+        metric = "acc"
+
+        def score_all(self, model, rows):
+            calls.append(len(rows))
+            return {"acc": np.ones(len(rows), dtype=bool)}
 
     probe = PerplexityProbe(42.0, [3.5, 4.0], [10, 20])
     monkeypatch.setattr(ft, "perplexity_probe", lambda *a, **k: probe)
     cfg = FinetuneConfig(n_ood=3)
     data = ft.load_run_data(cfg)
-    first = ft._pretrained_scores(tiny_llama, cfg, data, score_ood)
+    scorers = {data.ood_task: Scorer()}
+    first = ft._pretrained_scores(tiny_llama, cfg, data, scorers)
     first["ppl_nll"].append(99.0)  # a caller changing its copy leaves the cached lists alone
-    again = ft._pretrained_scores(tiny_llama, FinetuneConfig(n_ood=3, seed=5, learning_rate=0.5), data, score_ood)
-    assert again == {"ood_accuracy": 1.0, "perplexity": 42.0, "ppl_nll": [3.5, 4.0], "ppl_text_tokens": [10, 20]}
+    again = ft._pretrained_scores(tiny_llama, FinetuneConfig(n_ood=3, seed=5, learning_rate=0.5), data, scorers)
+    assert {k: v for k, v in again.items() if k != "battery"} == {
+        "ood_accuracy": 1.0,
+        "perplexity": 42.0,
+        "ppl_nll": [3.5, 4.0],
+        "ppl_text_tokens": [10, 20],
+    }
+    assert again["battery"][data.ood_task]["acc"].tolist() == [True] * 3
     assert calls == [3]
     other_rows = FinetuneConfig(n_ood=2)
-    ft._pretrained_scores(tiny_llama, other_rows, ft.load_run_data(other_rows), score_ood)
+    ft._pretrained_scores(tiny_llama, other_rows, ft.load_run_data(other_rows), scorers)
     assert calls == [3, 2]

@@ -223,7 +223,7 @@ def test_cli_finetunes_a_tiny_model_on_a_spec_file(tmp_path, capsys):
     assert main(argv) == 0, capsys.readouterr().err
     results = json.loads((run / "results.json").read_text())
     assert results["task"] == str(spec) and 0.0 <= results["test_accuracy"] <= 1.0
-    assert f"on {spec}: test accuracy" in capsys.readouterr().out
+    assert f"on {spec}: test acc " in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------------- bad specs: one line naming the field
