@@ -496,7 +496,7 @@ def test_noise_floor_section_is_empty_without_its_inputs(missing):
 # normalization -------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_drift():
-    """The tiny model's identity, a drift table against a perturbed copy, and two noise tables."""
+    """The tiny model's identity, a drift table against a perturbed copy, and five noise tables."""
     pre = extract_snapshot(build_tiny_model("tiny-llama", seed=0))
     fast = {"n_jobs": 1, "cache": DriftCache(None)}
     table = drift_table(pre, perturb_snapshot(pre, 0.05, seed=1), **fast)
@@ -628,3 +628,18 @@ def test_the_margin_is_put_against_the_zero_shot_to_full_ft_gain():
         "over seeds); the competitive margin 0.03 is 15% of that gain."
     )
     assert len(lines) == 2 and sections.margin_lines(_family_runs()) == []  # no zero-shot score recorded
+
+
+def test_the_drift_figure_shows_the_score_the_cards_rank_by_first(tiny_drift):
+    from topotuner_lab.lab.report.figures import HEATMAP_COLUMNS, ranking_column, with_ranking_score
+    from topotuner_lab.profiles.select import normalized_scores
+
+    _, table, noise = tiny_drift
+    shown, columns = with_ranking_score(table, "h0_w1", "per-point", [])
+    column = ranking_column("h0_w1", "per-point")
+    assert columns == [column, *HEATMAP_COLUMNS]
+    expected = normalized_scores(table, "h0_w1", "per-point")
+    assert shown.set_index("pid")[column].to_dict() == pytest.approx(expected.to_dict())
+    # noise-z without its five noise draws cannot be shown: the raw columns only
+    assert with_ranking_score(table, "h0_w1", "noise-z", noise[:2])[1] == HEATMAP_COLUMNS
+    assert with_ranking_score(table, "h0_w1", "noise-z", noise)[1][0] == ranking_column("h0_w1", "noise-z")

@@ -64,8 +64,9 @@ def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
     study, target = load_study(out_dir), Path(target)
     figures = {}
     for index, model in enumerate(study.models):
+        ranking = (study.preset.metric, study.preset.normalization)
         for prior, path in export_drift_figures(
-            model, index == 0, target.parent / "figures", target.stem.lower()
+            model, index == 0, target.parent / "figures", target.stem.lower(), ranking
         ).items():
             figures[(model.name, prior)] = path
     matrix = transfer_matrix(study.results) if len(study.results) else pd.DataFrame()

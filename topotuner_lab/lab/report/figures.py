@@ -6,10 +6,34 @@ from pathlib import Path
 
 import pandas as pd
 
+from topotuner_lab._io.errors import ProfileError
 from topotuner_lab.lab.plots import drift_heatmaps, save_figure, transfer_matrix_heatmap
 from topotuner_lab.lab.report.inputs import ModelDrift
+from topotuner_lab.profiles.select import normalized_scores
 
+#: raw columns shown beside the score the cards rank by
 HEATMAP_COLUMNS = ["h0_w1", "h1_w1", "rel_frobenius"]
+
+
+def ranking_column(metric: str, normalization: str) -> str:
+    """The heatmap column of the score the cards rank by: ``metric`` under ``normalization``."""
+    return f"{metric} {normalization} (ranks the cards)"
+
+
+def with_ranking_score(
+    table: pd.DataFrame, metric: str, normalization: str, noise: list[pd.DataFrame]
+) -> tuple[pd.DataFrame, list[str]]:
+    """``table`` with the cards' ranking score as a column, and the heatmap's columns (that score first).
+
+    The cards rank by a normalized score (per-point by default), not the raw drift: the figure shows both. A
+    normalization the tables cannot give (noise-z without enough noise draws) leaves the raw columns only.
+    """
+    try:
+        scores = normalized_scores(table, metric, normalization, noise)
+    except ProfileError:
+        return table, HEATMAP_COLUMNS
+    column = ranking_column(metric, normalization)
+    return table.assign(**{column: table["pid"].map(scores).to_numpy()}), [column, *HEATMAP_COLUMNS]
 
 
 def drift_figure_stem(model: ModelDrift, main: bool, prior: str, report: str = "results") -> str:
@@ -18,17 +42,25 @@ def drift_figure_stem(model: ModelDrift, main: bool, prior: str, report: str = "
     return f"{report}_drift_{tag}{prior}"
 
 
-def export_drift_figures(model: ModelDrift, main: bool, folder: Path, report: str = "results") -> dict[str, str]:
+def export_drift_figures(
+    model: ModelDrift,
+    main: bool,
+    folder: Path,
+    report: str = "results",
+    ranking: tuple[str, str] = ("h0_w1", "per-point"),
+) -> dict[str, str]:
     """Write the drift heatmaps of each prior into ``folder``; prior -> the PNG path relative to the report.
 
     ``report`` (the report file's stem, lower case) prefixes the files, so reports sharing a figures folder
-    (``RESULTS.md``, ``RESULTS-models.md``) never overwrite each other's figures.
+    (``RESULTS.md``, ``RESULTS-models.md``) never overwrite each other's figures. ``ranking`` (metric,
+    normalization) is the score the cards rank by, shown first.
     """
     paths = {}
     for prior, table in model.tables.items():
         stem = drift_figure_stem(model, main, prior, report)
         title = f"{model.name}: drift after the {prior} prior fine-tune"
-        save_figure(drift_heatmaps(table, HEATMAP_COLUMNS, title=title), folder / stem)
+        shown, columns = with_ranking_score(table, *ranking, model.noise)
+        save_figure(drift_heatmaps(shown, columns, title=title), folder / stem)
         paths[prior] = f"{folder.name}/{stem}.png"
     return paths
 

@@ -385,6 +385,8 @@ def drift_section(model: str, prior: str, figure: str, by_kind: pd.DataFrame) ->
     ranked = by_kind["h0_w1_per_row"].sort_values(ascending=False)
     return (
         f"\n## {model}: drift after the {prior} prior fine-tune\n\n![drift heatmaps]({figure})\n\n"
+        "The first heatmap is the score the cards rank by (the preset's metric and normalization); the others are "
+        "raw drift columns.\n\n"
         "Mean drift per projection kind (ranked by H0 W1 per row, since W1 sums over a diagram's points: "
         f"{' > '.join(ranked.index)}):\n\n" + by_kind.to_markdown(floatfmt=".4g") + "\n"
     )
