@@ -98,7 +98,11 @@ def noise_floor_section(
         f"perturbation of std {NOISE_SCALE:g} x each matrix's std ({len(noise)} seeds) also leaves the grid; the "
         "real drift over that noise floor:\n\n"
         + ratio.to_markdown(floatfmt=".3g")
-        + f"\n\n{noise_check(table, noise, metric).message}\n"
+        + f"\n\n{noise_check(table, noise, metric).message}\n\n"
+        "What this measures: a scale check. Drift grows with the size of any change, so the ratio says how far the "
+        f"fine-tune moved the weights relative to a perturbation of {NOISE_SCALE:g} of their std, not whether the "
+        "card's picks are real; that is the stability of the picks across prior seeds (its own section and claim, "
+        "with three or more prior seeds).\n"
     )
 
 
