@@ -260,11 +260,12 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
             "record the counts used (asked: requested_counts)",
             stacklevel=2,
         )
-    score = TaskScorer(cfg.task, tokenizer, cfg.max_length)
-    scorers = {task: TaskScorer(task, tokenizer, cfg.max_length) for task in data.battery}
+    score = TaskScorer(cfg.task, tokenizer, cfg.max_length, progress=True)  # a bar over generation / ranking batches
+    scorers = {task: TaskScorer(task, tokenizer, cfg.max_length, progress=True) for task in data.battery}
     score_ood = scorers[data.ood_task]  # the first task of the forgetting battery
     # train and validation rows are the training task's (train_task: e.g. IFEval trains on Alpaca), scored on its metric
-    score_val = TaskScorer(get_task(cfg.task).train_task or cfg.task, tokenizer, cfg.max_length).with_logloss
+    trained = get_task(cfg.task).train_task or cfg.task
+    score_val = TaskScorer(trained, tokenizer, cfg.max_length, progress=True).with_logloss
     before = _pretrained_scores(loaded, cfg, data, scorers)
     zero_shot = _zero_shot(loaded, cfg, data, score)
     model, info = prepare_model(loaded, cfg, card)
