@@ -643,3 +643,25 @@ def test_the_drift_figure_shows_the_score_the_cards_rank_by_first(tiny_drift):
     # noise-z without its five noise draws cannot be shown: the raw columns only
     assert with_ranking_score(table, "h0_w1", "noise-z", noise[:2])[1] == HEATMAP_COLUMNS
     assert with_ranking_score(table, "h0_w1", "noise-z", noise)[1][0] == ranking_column("h0_w1", "noise-z")
+
+
+def test_the_matrix_asks_whether_the_transfer_check_predicted_the_gain():
+    from topotuner_lab.lab.report.sections import transfer_matrix_section
+    from topotuner_lab.study.matrix import check_predicts_gain, transfer_matrix, with_transfer_checks
+
+    matrix = transfer_matrix(_family_runs())
+    checks = [
+        {"prior": p, "target": t, "median_cosine_card": c, "rank_agreement": 0.1, "overlap": 0.5, "verdict": "v"}
+        for (p, t), c in zip(zip(matrix["prior"], matrix["target"]), (0.1, 0.2, 0.3, 0.4))
+    ]
+    joined = with_transfer_checks(matrix, checks)
+    assert joined["median_cosine_card"].tolist() == [0.1, 0.2, 0.3, 0.4]
+    assert np.isnan(check_predicts_gain(joined)["card_minus_full"][0])  # 4 settings: too few to read
+    text = transfer_matrix_section(matrix, None, checks)
+    assert "median_cosine_card" in text and "card minus full: 4 settings: too few to read" in text
+    five = pd.DataFrame({"median_cosine_card": [0.1, 0.2, 0.3, 0.4, 0.5], "card_minus_full": [1, 2, 3, 4, 5],
+                         "card_minus_lora": [5, 4, 3, 2, 1]})  # fmt: skip
+    predicted = check_predicts_gain(five)
+    assert predicted["card_minus_full"] == (pytest.approx(1.0), 5) and predicted["card_minus_lora"][0] == pytest.approx(
+        -1
+    )

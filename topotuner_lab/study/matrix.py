@@ -6,6 +6,9 @@ ROUGE-L, nDCG@10, pass@1...).
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import pandas as pd
 
 from topotuner_lab._io.errors import TaskError
@@ -79,3 +82,29 @@ def transfer_matrix(results: pd.DataFrame, strategy: str = "high-drift") -> pd.D
             }
         )
     return pd.DataFrame(rows, columns=list(MATRIX_COLUMNS))
+
+
+#: settings below which a correlation across the matrix is not read
+MIN_SETTINGS = 5
+
+
+def with_transfer_checks(matrix: pd.DataFrame, records: list[dict[str, Any]]) -> pd.DataFrame:
+    """``matrix`` with each setting's transfer check (recorded before training): gradient cosine and agreement."""
+    checks = pd.DataFrame(records, columns=["prior", "target", "median_cosine_card", "rank_agreement", "overlap"])
+    return matrix.merge(checks.drop_duplicates(["prior", "target"]), on=["prior", "target"], how="left")
+
+
+def check_predicts_gain(joined: pd.DataFrame) -> dict[str, tuple[float, int]]:
+    """Spearman correlation of the transfer check's gradient cosine with the card's gain over each baseline.
+
+    ``(rho, settings)`` per baseline difference; rho is NaN with fewer than :data:`MIN_SETTINGS` settings that have
+    both numbers (too few to read a correlation).
+    """
+    from scipy.stats import spearmanr
+
+    out = {}
+    for gain in ("card_minus_full", "card_minus_lora"):
+        both = joined[["median_cosine_card", gain]].dropna()
+        rho = float(spearmanr(both.iloc[:, 0], both.iloc[:, 1]).statistic) if len(both) >= MIN_SETTINGS else np.nan
+        out[gain] = (rho, len(both))
+    return out

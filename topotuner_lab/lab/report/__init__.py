@@ -29,7 +29,9 @@ def render(
         sections.setup_section(preset, len(results), study.planned_runs, results, study.test_rows),
         sections.claims_section(study.claims),
         sections.transfer_section(study.transfer_checks),
-        sections.transfer_matrix_section(transfer_matrix(results) if len(results) else pd.DataFrame(), matrix_figure),
+        sections.transfer_matrix_section(
+            transfer_matrix(results) if len(results) else pd.DataFrame(), matrix_figure, study.transfer_checks
+        ),
         sections.seed_picks_section(study.seed_picks, preset.strategies[0], preset.budgets[0]),
     ]
     if len(results):  # a drift-only comparison (no target task) has no fine-tunes to show

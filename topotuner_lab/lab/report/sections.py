@@ -22,6 +22,7 @@ from topotuner_lab.study.claims import (
     summary_verdict,
 )
 from topotuner_lab.study.markdown import markdown_table
+from topotuner_lab.study.matrix import check_predicts_gain, with_transfer_checks
 from topotuner_lab.study.presets import Preset
 from topotuner_lab.study.stopping import early_by, threshold_sweep
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
@@ -437,10 +438,27 @@ def transfer_section(records: list[dict[str, Any]]) -> str:
     )
 
 
-def transfer_matrix_section(matrix: pd.DataFrame, figure: str | None) -> str:
-    """The transfer matrix across task families: per prior x target, card minus full FT and minus LoRA."""
+def transfer_matrix_section(
+    matrix: pd.DataFrame, figure: str | None, checks: list[dict[str, Any]] | None = None
+) -> str:
+    """The transfer matrix across task families: per prior x target, card minus full FT and minus LoRA.
+
+    With the transfer checks recorded before training, also their gradient cosine per setting and whether it
+    predicted the card's gain (Spearman over the settings).
+    """
     if len(matrix) < 2:
         return ""
+    predicted = ""
+    if checks:
+        matrix = with_transfer_checks(matrix, checks)
+        lines = []
+        for gain, (rho, n) in check_predicts_gain(matrix).items():
+            read = f"Spearman {rho:+.2f} over {n} settings" if np.isfinite(rho) else f"{n} settings: too few to read"
+            lines.append(f"{gain.replace('_', ' ')}: {read}")
+        predicted = (
+            "\n\nDid the transfer check predict the card's gain? Its median gradient cosine over the card's matrices "
+            "(recorded before training) against the card's difference from each baseline: " + "; ".join(lines) + "."
+        )
     shown = matrix.assign(
         target=[f"{t} \u2020" if nc else t for t, nc in zip(matrix["target"], matrix["non_commercial"])]
     ).drop(columns=["non_commercial"])
@@ -457,6 +475,7 @@ def transfer_matrix_section(matrix: pd.DataFrame, figure: str | None) -> str:
         "same differences are in the claims above.\n\n"
         + shown.to_markdown(index=False, floatfmt=".3f")
         + note
+        + predicted
         + picture
         + "\n"
     )
