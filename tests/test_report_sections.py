@@ -658,9 +658,10 @@ def test_the_matrix_asks_whether_the_transfer_check_predicted_the_gain():
     assert joined["median_cosine_card"].tolist() == [0.1, 0.2, 0.3, 0.4]
     assert np.isnan(check_predicts_gain(joined)["card_minus_full"][0])  # 4 settings: too few to read
     text = transfer_matrix_section(matrix, None, checks)
-    assert "median_cosine_card" in text and "card minus full: 4 settings: too few to read" in text
+    assert "median_cosine_card" in text and "card minus full: 4 settings: not readable" in text
     five = pd.DataFrame({"median_cosine_card": [0.1, 0.2, 0.3, 0.4, 0.5], "card_minus_full": [1, 2, 3, 4, 5],
                          "card_minus_lora": [5, 4, 3, 2, 1]})  # fmt: skip
+    assert np.isnan(check_predicts_gain(five.assign(card_minus_full=0.0))["card_minus_full"][0])  # constant gains
     predicted = check_predicts_gain(five)
     assert predicted["card_minus_full"] == (pytest.approx(1.0), 5) and predicted["card_minus_lora"][0] == pytest.approx(
         -1

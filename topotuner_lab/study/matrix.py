@@ -98,13 +98,14 @@ def check_predicts_gain(joined: pd.DataFrame) -> dict[str, tuple[float, int]]:
     """Spearman correlation of the transfer check's gradient cosine with the card's gain over each baseline.
 
     ``(rho, settings)`` per baseline difference; rho is NaN with fewer than :data:`MIN_SETTINGS` settings that have
-    both numbers (too few to read a correlation).
+    both numbers (too few to read a correlation) or when either side is constant.
     """
     from scipy.stats import spearmanr
 
     out = {}
     for gain in ("card_minus_full", "card_minus_lora"):
         both = joined[["median_cosine_card", gain]].dropna()
-        rho = float(spearmanr(both.iloc[:, 0], both.iloc[:, 1]).statistic) if len(both) >= MIN_SETTINGS else np.nan
+        varied = len(both) >= MIN_SETTINGS and both.nunique().min() > 1  # a constant side has no rank correlation
+        rho = float(spearmanr(both.iloc[:, 0], both.iloc[:, 1]).statistic) if varied else np.nan
         out[gain] = (rho, len(both))
     return out

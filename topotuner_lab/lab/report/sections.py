@@ -453,7 +453,7 @@ def transfer_matrix_section(
         matrix = with_transfer_checks(matrix, checks)
         lines = []
         for gain, (rho, n) in check_predicts_gain(matrix).items():
-            read = f"Spearman {rho:+.2f} over {n} settings" if np.isfinite(rho) else f"{n} settings: too few to read"
+            read = f"Spearman {rho:+.2f} over {n} settings" if np.isfinite(rho) else f"{n} settings: not readable"
             lines.append(f"{gain.replace('_', ' ')}: {read}")
         predicted = (
             "\n\nDid the transfer check predict the card's gain? Its median gradient cosine over the card's matrices "
