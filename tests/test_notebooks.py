@@ -49,8 +49,15 @@ def test_all_notebooks_run_headlessly_on_the_tiny_profile(tmp_path):
     assert len(list((tmp_path / "figures").glob("plotly*.js"))) == 1
     card = json.loads((tmp_path / "work" / "cards" / "profile.json").read_text())
     assert card["model"]["name"] == "tiny-llama" and card["trainable"]
-    results = json.loads((tmp_path / "work" / "compare" / "agnews" / "profile" / "results.json").read_text())
+    from topotuner_lab.lab.workbench import method_run, rate_sweeps
+
+    results = method_run(tmp_path / "work", "agnews", "profile")  # the rate notebook 5 chose on validation
     assert results["trainable_params"] == card["trainable_params"]
+    sweeps = rate_sweeps(tmp_path / "work", "agnews")
+    assert set(sweeps["method"]) == {"full", "lora", "profile"} and len(sweeps) == 6  # two rates each
+    assert (sweeps.groupby("method")["chosen"].sum() == 1).all()
+    chosen = sweeps[(sweeps["method"] == "profile") & sweeps["chosen"]]
+    assert chosen["lr"].item() == results["learning_rate"]
 
 
 @pytest.mark.slow

@@ -365,3 +365,12 @@ def test_task_picker_shows_a_bad_spec_and_keeps_its_value(tmp_path):
     assert picker.value == "sst2" and picker.status.value == "" and picker.error is None
     with pytest.raises(TaskError, match="unknown task 'mnli'"):
         task_picker("mnli")  # a bad parameter fails loudly: a notebook must not run another task
+
+
+def test_method_intervals_pair_each_method_with_the_reference_over_test_rows():
+    full = {"test_correct": [1, 1, 0, 1] * 50, "test_accuracy": 0.75}
+    card = {"test_correct": [1, 0, 0, 1] * 50, "test_accuracy": 0.5}
+    table = workbench.method_intervals({"full": full, "profile": card}).set_index("method")
+    assert table.loc["full", "minus full"] == 0.0 and np.isnan(table.loc["full", "95% low"])
+    assert table.loc["profile", "minus full"] == pytest.approx(-0.25)
+    assert table.loc["profile", "95% low"] < -0.25 < table.loc["profile", "95% high"] < 0

@@ -10,7 +10,7 @@ import pytest
 from topotuner_lab._io.errors import ParameterError
 from topotuner_lab.study.plan import plan
 from topotuner_lab.study.presets import PRESETS
-from topotuner_lab.study.protocol import _select, extension, run_study
+from topotuner_lab.study.protocol import extension, run_study, select_rate
 
 SWEEP = replace(PRESETS["tiny"], sweep_seeds=(100, 101), seeds=(0, 1), other_models=(), constant_lr=())
 
@@ -38,9 +38,9 @@ def test_the_criterion_is_averaged_over_the_sweep_seeds():
         (1e-2, {"val_logloss": 0.60}),
         (1e-2, {"val_logloss": 0.70}),
     ]
-    assert _select(sweep) == 1e-2  # type: ignore[arg-type]
+    assert select_rate(sweep) == 1e-2  # type: ignore[arg-type]
     accuracy = [(1e-3, {"val_accuracy": 0.9}), (1e-3, {"val_accuracy": 0.5}), (1e-2, {"val_accuracy": 0.8})]
-    assert _select(accuracy) == 1e-2  # type: ignore[arg-type]
+    assert select_rate(accuracy) == 1e-2  # type: ignore[arg-type]
     # extension counts rates, not runs: two seeds at the two grid rates are no extension yet
     assert extension(sweep, (1e-3, 1e-2), 1) == 0.1  # type: ignore[arg-type]
 

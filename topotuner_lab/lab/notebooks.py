@@ -40,6 +40,7 @@ class NotebookPreset(Config):
     model: str = opt("smollm2-135m", "model: a folder, .gguf, hub id, tiny-llama or an embedded alias")
     n_train: int = opt(64, "training examples of each target fine-tune", check=POSITIVE_INT)
     n_test: int = opt(64, "test examples", check=POSITIVE_INT)
+    n_val: int = opt(32, "validation examples notebook 5's learning rates are chosen on", check=POSITIVE_INT)
     epochs: int = opt(3, "epochs of each target fine-tune", check=POSITIVE_INT)
     prior_epochs: int = opt(2, "epochs of the prior fine-tune", check=POSITIVE_INT)
     prior_n_train: int = opt(256, "training examples of the prior fine-tune", check=POSITIVE_INT)
@@ -60,6 +61,7 @@ NOTEBOOK_PRESETS: dict[str, NotebookPreset] = {
         model="tiny-llama",
         n_train=16,
         n_test=8,
+        n_val=8,
         epochs=2,
         prior_epochs=1,
         prior_n_train=16,

@@ -6,21 +6,26 @@ the methods side by side. File names come from :class:`~topotuner_lab.study.work
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
+from topotuner_lab._io import atomic
 from topotuner_lab.drift import columns
 from topotuner_lab.drift.noise import NoiseCheck, noise_check
 from topotuner_lab.drift.settings import RECIPES, DriftSettings
 from topotuner_lab.drift.tables import load_table
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.study.protocol import select_rate
+from topotuner_lab.study.stats import two_way_bootstrap
 from topotuner_lab.study.workspace import WorkDir, drift_table_once, finetune_once, noise_tables_once, snapshot_once
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.results import RunResults, load_results
+from topotuner_lab.weights.checkpoint import read_json
 from topotuner_lab.weights.models import LoadedModel, load_model
 from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
@@ -145,12 +150,16 @@ def train_methods(
     methods: tuple[str, ...] = ("full", "lora", "profile"),
     *,
     stop_threshold: float | None = None,
+    lr_grid: Mapping[str, Sequence[float]] | None = None,
     **config: Any,
 ) -> dict[str, RunResults]:
     """Run each method on ``task`` (LoRA at the card's budget); finished runs of the same config are reused.
 
-    With ``stop_threshold`` the profile run also records topological early stopping (observe mode, test accuracy
-    every epoch), so notebook 6 reads it instead of training the same run again.
+    With ``lr_grid`` (method -> rates) every method runs each of its rates and keeps the one the comparison's rule
+    chooses on validation rows (lowest label log-loss, else accuracy: :func:`~topotuner_lab.study.protocol.select_rate`;
+    give ``n_val``); the sweep is under ``compare/<task>/<method>/lr-<rate>`` and ``chosen.json`` names the chosen
+    rate. With ``stop_threshold`` the profile run also records topological early stopping (observe mode, test
+    accuracy every epoch), so notebook 6 reads it instead of training the same run again.
     """
     work = WorkDir(work_dir)
     results: dict[str, RunResults] = {}
@@ -158,21 +167,78 @@ def train_methods(
         extra: dict[str, Any] = {"lora_rank": "match"} if method == "lora" else {}
         if method == "profile" and stop_threshold is not None:
             extra.update(stop_threshold=stop_threshold, observe_only=True, eval_each_epoch=True)
-        cfg = FinetuneConfig(
-            method=method,
-            task=task,
-            output_dir=str(work.compare_run(task, method)),
-            profile=str(card),
-            **extra,
-            **config,
-        )
-        results[method] = finetune_once(loaded, cfg)
+        folder = work.compare_run(task, method)
+        rates = list(lr_grid.get(method, ())) if lr_grid else []
+        if not rates:
+            cfg = FinetuneConfig(method=method, task=task, output_dir=str(folder), profile=str(card), **extra, **config)
+            results[method] = finetune_once(loaded, cfg)
+            continue
+        sweep = []
+        for lr in rates:
+            out = folder / f"lr-{lr:g}"
+            cfg = FinetuneConfig(
+                method=method, task=task, output_dir=str(out), profile=str(card), learning_rate=lr, **extra, **config
+            )
+            sweep.append((lr, finetune_once(loaded, cfg)))
+        chosen = select_rate(sweep)
+        atomic.write_json(folder / CHOSEN, {"learning_rate": chosen, "run": f"lr-{chosen:g}", "rates": rates})
+        results[method] = dict(sweep)[chosen]
     return results
 
 
+#: the file naming the rate a tuned method chose (beside its ``lr-<rate>`` runs)
+CHOSEN = "chosen.json"
+
+
+def rate_sweeps(work_dir: str | Path, task: str) -> pd.DataFrame:
+    """Every rate each method ran on ``task`` (notebook 5's sweep): validation log-loss and accuracy, test score."""
+    rows = []
+    for folder in sorted(WorkDir(work_dir).compare_folder(task).glob("*")):
+        chosen = read_json(folder / CHOSEN, "chosen rate record") if (folder / CHOSEN).is_file() else None
+        for run in sorted(folder.glob("lr-*/results.json")):
+            res = load_results(run)
+            rows.append(
+                {
+                    "method": folder.name,
+                    "lr": res["learning_rate"],
+                    "val_logloss": res.get("val_logloss"),
+                    "val_accuracy": res.get("val_accuracy"),
+                    "test_accuracy": res["test_accuracy"],
+                    "chosen": chosen is not None and chosen["run"] == run.parent.name,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
 def method_run(work_dir: str | Path, task: str, method: str = "profile") -> RunResults:
-    """The results of one run of notebook 5's comparison (a clear error if notebook 5 has not run)."""
-    return load_results(WorkDir(work_dir).compare_run(task, method) / "results.json")
+    """The results of one run of notebook 5's comparison (its chosen rate when tuned; a clear error if not run)."""
+    folder = WorkDir(work_dir).compare_run(task, method)
+    if (folder / CHOSEN).is_file():
+        folder = folder / str(read_json(folder / CHOSEN, "chosen rate record")["run"])
+    return load_results(folder / "results.json")
+
+
+def method_intervals(results: Mapping[str, RunResults], reference: str = "full") -> pd.DataFrame:
+    """Each method's test score and its difference from ``reference`` with a paired 95% interval over test rows.
+
+    One seed: the interval resamples test examples only (training noise is not in it; the decisive presets resample
+    seeds too). A demo's numbers, not a verdict.
+    """
+    base = np.asarray(results[reference]["test_correct"], dtype=float)
+    rows = []
+    for name, res in results.items():
+        mine = np.asarray(res["test_correct"], dtype=float)
+        diff = two_way_bootstrap(mine[None, :], base[None, :]) if name != reference else None
+        rows.append(
+            {
+                "method": name,
+                "test_score": res["test_accuracy"],
+                f"minus {reference}": diff.estimate if diff else 0.0,
+                "95% low": diff.low if diff else np.nan,
+                "95% high": diff.high if diff else np.nan,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def results_frame(results: Mapping[str, RunResults]) -> pd.DataFrame:

@@ -285,7 +285,7 @@ def config_for(preset: Preset, spec: RunSpec, cards: Cards, lr: float, run_dir: 
     return replace(cfg, lr_scheduler=key.schedule, output_dir=str(run_dir / folder))
 
 
-def _select(sweep: list[tuple[float, RunResults]]) -> float:
+def select_rate(sweep: list[tuple[float, RunResults]]) -> float:
     """The rate with the lowest validation log-loss (a smooth criterion), or the best validation accuracy.
 
     Each rate's criterion is its mean over the runs at that rate (one per sweep seed). Log-loss is used when every
@@ -314,7 +314,7 @@ def extension(sweep: list[tuple[float, RunResults]], grid: tuple[float, ...], ca
     rates = sorted({lr for lr, _ in sweep})
     if len(grid) < 2 or len(rates) - len(grid) >= cap:
         return None
-    best = _select(sweep)
+    best = select_rate(sweep)
     step = (max(grid) / min(grid)) ** (1 / (len(grid) - 1))
     if best == rates[0]:
         beyond = best / step
@@ -510,7 +510,7 @@ def run_study(preset: Preset, out_dir: str | Path, log: Log = print) -> pd.DataF
                 specs[index + 1 : index + 1] = more
                 progress.planned += len(more)
             elif last_of_sweep:
-                chosen[spec.arm] = _select(sweeps[spec.arm])
+                chosen[spec.arm] = select_rate(sweeps[spec.arm])
                 if not preset.sweep_seeds:  # the first seed's run at the chosen rate is its result
                     for row in rows[-len(sweeps[spec.arm]) :]:
                         row["selected"] = row["lr"] == chosen[spec.arm]

@@ -89,9 +89,13 @@ class WorkDir:
         """A card file in the cards folder (``profile.json`` by default)."""
         return self.cards / f"{name}.json"
 
+    def compare_folder(self, task: str) -> Path:
+        """The side-by-side comparison of methods on ``task``: a folder per method."""
+        return self.root / "compare" / task_tag(task)
+
     def compare_run(self, task: str, method: str) -> Path:
         """The run folder of ``method`` in the side-by-side comparison of methods on ``task``."""
-        return self.root / "compare" / task_tag(task) / method
+        return self.compare_folder(task) / method
 
     def model(self, name: str) -> WorkDir:
         """The work folder of a further model (drift only) inside this one."""
