@@ -269,12 +269,7 @@ class TaskSpec(Config):
                 "add data_files: {train: FILE, test: FILE} (local files), or dataset_path: a hub id",
             )
         for split, path in self.data_files.items():
-            if split not in SPLITS:
-                close = difflib.get_close_matches(split, SPLITS, n=1)
-                self.fail(
-                    f"data_files has split {split!r}",
-                    f"name the splits {', '.join(SPLITS)}" + (f" (did you mean {close[0]!r}?)" if close else ""),
-                )
+            self._check_split("data_files", split)
             if file_format(path) not in FORMATS:
                 self.fail(
                     f"data_files.{split}={path!r} is not a file of a known format",
@@ -301,10 +296,18 @@ class TaskSpec(Config):
         named += [("doc_to_references", source) for source in self.doc_to_references]
         return named + ([("doc_to_program", self.doc_to_program)] if self.doc_to_program else [])
 
+    def _check_split(self, field: str, split: str) -> None:
+        """A split named in ``field`` is one a fine-tune reads (with the closest name suggested)."""
+        if split not in SPLITS:
+            close = difflib.get_close_matches(split, SPLITS, n=1)
+            self.fail(
+                f"{field} has split {split!r}",
+                f"name the splits {', '.join(SPLITS)}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+            )
+
     def _check_split_filter(self) -> None:
         for split, expression in self.split_filter.items():
-            if split not in SPLITS:
-                self.fail(f"split_filter has split {split!r}", f"name the splits {', '.join(SPLITS)}")
+            self._check_split("split_filter", split)
             problem = expression_error(expression)
             if problem:
                 self.fail(

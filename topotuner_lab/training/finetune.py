@@ -214,8 +214,8 @@ def battery_results(
             "metric": metric,
             "before": accuracy(before[task][metric]),
             "after": accuracy(scores[metric]),
-            "correct_before": per_example(primary_values(before[task][metric])),
-            "correct_after": per_example(primary_values(scores[metric])),
+            "correct_before": per_example(before[task][metric]),
+            "correct_after": per_example(scores[metric]),
         }
     return out
 
@@ -279,9 +279,7 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
             trainer.train(resume_from_checkpoint=resume)
         after = _battery_scores(model, cfg, data, scorers)  # once: the first task's scores are the legacy ood fields
         ood_after = primary_values(after[data.ood_task][score_ood.metric])
-        results = collect_results(
-            trainer, cfg, loaded, data, score, lambda model, rows: ood_after, before, score_val=score_val
-        )
+        results = collect_results(trainer, cfg, loaded, data, score, ood_after, before, score_val=score_val)
     metrics = {task: scorer.metric for task, scorer in scorers.items()}
     results["ood_battery"] = battery_results(before["battery"], after, metrics)
     results["test_accuracy_before"] = accuracy(zero_shot)

@@ -121,13 +121,15 @@ def collect_results(
     loaded: LoadedModel,
     data: RunData,
     score: Any,
-    score_ood: Any,
+    ood_correct: np.ndarray,
     before: dict[str, Any],
     score_val: Any = None,
 ) -> RunResults:
     """Accuracy (train, validation, test), forgetting, time and the early-stopping record of a finished run.
 
-    ``score_val(model, rows)`` -> (per-row correctness, mean log-loss or None) scores the validation rows and a
+    ``ood_correct`` is the out-of-domain task's per-example score after training (the forgetting battery's first
+    task, scored once by the caller). ``score_val(model, rows)`` -> (per-row correctness, mean log-loss or None)
+    scores the validation rows and a
     sample of the training rows (the training task's metric: a ``train_task`` spec's own rows are only tested);
     without it they get ``score`` and no log-loss.
     """
@@ -137,7 +139,7 @@ def collect_results(
     history = trainer.state.log_history
     epoch_seconds = per_epoch(history, "epoch_seconds")
     test_metrics = score.score_all(model, data.test)
-    test_correct, ood_correct = primary_values(test_metrics[score.metric]), score_ood(model, data.ood)
+    test_correct = primary_values(test_metrics[score.metric])
     stopper = next((c for c in trainer.callback_handler.callbacks if isinstance(c, TopologicalEarlyStopping)), None)
     stop_epoch = stopper.stop_epoch if stopper else None
     train_rows = data.train.select(range(min(len(data.train), cfg.n_test)))
@@ -201,9 +203,8 @@ def collect_results(
 
 def per_example(values: np.ndarray) -> list[int] | list[float]:
     """Per-example values as ``results.json`` keeps them: 0/1 integers for a 0/1 metric, else floats."""
-    if values.dtype == bool or np.isin(values, (0, 1)).all():
-        return np.asarray(values, dtype=int).tolist()
-    return np.asarray(values, dtype=float).tolist()
+    values = primary_values(np.asarray(values))
+    return values.astype(int).tolist() if values.dtype == bool else values.tolist()
 
 
 #: the key of ``results.json`` that holds the checksum of everything else in it

@@ -24,7 +24,7 @@ from topotuner_lab.tasks import metrics
 from topotuner_lab.tasks.sandbox import SandboxLimits, run_program
 from topotuner_lab.tasks.specs import TaskSpec, final_number, get_task
 from topotuner_lab.tasks.templates import render
-from topotuner_lab.training.evaluation import classification_scores, correct_from_scores, label_logloss, mean_logloss
+from topotuner_lab.training.evaluation import classification_scores, correct_from_scores, label_logloss
 from topotuner_lab.training.generation import generate
 from topotuner_lab.training.ranking import ranking_example_scores, rerank_scores
 
@@ -168,10 +168,10 @@ class TaskScorer:
 
     def with_logloss(self, model: torch.nn.Module, ds: Any) -> tuple[np.ndarray, float | None]:
         """Per example the primary metric, and the mean label log-loss (None for a generation task or no rows)."""
-        if self.spec.kind == "classification" and len(ds):
-            scores = classification_scores(model, self.tokenizer, ds, self.spec.labels, max_length=self.max_length)
-            return correct_from_scores(scores, ds["label"]), mean_logloss(scores, ds["label"])
-        return self(model, ds), None
+        scores = self.score_all(model, ds)
+        logloss = scores.get("logloss")
+        mean = float(logloss.mean()) if logloss is not None and logloss.size else None
+        return primary_values(scores[self.metric]), mean
 
 
 def primary_values(values: np.ndarray) -> np.ndarray:

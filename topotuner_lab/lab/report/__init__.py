@@ -9,14 +9,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pandas as pd
-
 from topotuner_lab._io import atomic
 from topotuner_lab.lab.report import sections
 from topotuner_lab.lab.report.figures import export_drift_figures, export_matrix_figure
 from topotuner_lab.lab.report.inputs import StudyInputs, load_study
 from topotuner_lab.profiles.card import ModelIdentity
-from topotuner_lab.study.matrix import transfer_matrix
 
 
 def render(
@@ -29,9 +26,7 @@ def render(
         sections.setup_section(preset, len(results), study.planned_runs, results, study.test_rows),
         sections.claims_section(study.claims),
         sections.transfer_section(study.transfer_checks),
-        sections.transfer_matrix_section(
-            transfer_matrix(results) if len(results) else pd.DataFrame(), matrix_figure, study.transfer_checks
-        ),
+        sections.transfer_matrix_section(study.matrix, matrix_figure, study.transfer_checks),
         sections.seed_picks_section(study.seed_picks, preset.strategies[0], preset.budgets[0]),
     ]
     if len(results):  # a drift-only comparison (no target task) has no fine-tunes to show
@@ -71,9 +66,10 @@ def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
             model, index == 0, target.parent / "figures", target.stem.lower(), ranking
         ).items():
             figures[(model.name, prior)] = path
-    matrix = transfer_matrix(study.results) if len(study.results) else pd.DataFrame()
     matrix_figure = (
-        export_matrix_figure(matrix, target.parent / "figures", target.stem.lower()) if len(matrix) > 1 else None
+        export_matrix_figure(study.matrix, target.parent / "figures", target.stem.lower())
+        if len(study.matrix) > 1
+        else None
     )
     day = f"{datetime.now(timezone.utc):%Y-%m-%d}"
     atomic.write_text(target, render(study, figures, command, day, matrix_figure))

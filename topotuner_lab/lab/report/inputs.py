@@ -18,6 +18,7 @@ from topotuner_lab.drift.tables import load_table
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.study.claims import ClaimResult, claim_results, correct_from, stopping_runs, with_holm
+from topotuner_lab.study.matrix import transfer_matrix
 from topotuner_lab.study.plan import with_key_columns
 from topotuner_lab.study.presets import RECIPE_STRATEGIES, Preset
 from topotuner_lab.study.protocol import prior_seed_dir
@@ -67,6 +68,8 @@ class StudyInputs:
     seed_picks: pd.DataFrame = field(default_factory=pd.DataFrame)  # kinds picked per model, prior and prior seed
     #: the card runs at their chosen rate (linear schedule): per run its normalized drift and test accuracy per epoch
     stop_histories: list[tuple[list[float], list[float]]] = field(default_factory=list)
+    #: the transfer matrix across task families (:func:`~topotuner_lab.study.matrix.transfer_matrix`)
+    matrix: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _preset(recorded: dict[str, Any]) -> tuple[Preset, int | None, str | None]:
@@ -135,6 +138,7 @@ def load_study(out_dir: str | Path) -> StudyInputs:
         _transfer_records(out),
         seed_picks(models, preset),
         stop_histories(results, correct) if len(results) else [],
+        transfer_matrix(results) if len(results) else pd.DataFrame(),
     )
 
 
