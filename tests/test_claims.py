@@ -6,7 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from topotuner_lab.study.claims import COMPETITIVE_MARGIN, claim_results, runs_at_chosen_rate, summary_verdict
+from topotuner_lab.study.claims import (
+    FALLBACK_MARGIN,
+    Margin,
+    claim_results,
+    competitive_margin,
+    runs_at_chosen_rate,
+    summary_verdict,
+)
 from topotuner_lab.study.stats import (
     HELD,
     INCONCLUSIVE,
@@ -56,7 +63,7 @@ def test_verdicts_are_three_way():
     assert verdict(Interval(0.05, 0.01, 0.09)) == HELD
     assert verdict(Interval(-0.05, -0.09, -0.01)) == NOT_HELD
     assert verdict(Interval(0.01, -0.02, 0.04)) == INCONCLUSIVE
-    assert verdict(Interval(-0.01, -0.02, 0.0), -COMPETITIVE_MARGIN) == HELD  # within the non-inferiority margin
+    assert verdict(Interval(-0.01, -0.02, 0.0), -FALLBACK_MARGIN) == HELD  # within the non-inferiority margin
     assert verdict(Interval(0.7, 0.6, 0.75), 0.8, higher_is_better=False) == HELD  # a time ratio below 0.8
     ratio = bootstrap_ratio([8.0, 8.2, 7.9], [10.0, 10.1, 9.9])
     assert ratio.estimate == pytest.approx(0.8) and ratio.low <= ratio.estimate <= ratio.high < 0.85
@@ -109,7 +116,7 @@ def test_claims_compare_the_validation_chosen_card_and_judge_each_claim():
     claims = {c.claim: c for c in claim_results(results, correct)}
     competitive = claims["competitive with full fine-tuning"]
     assert competitive.measure.startswith("profile:high-drift@0.01")  # the better card on validation, not on test
-    assert competitive.verdict == NOT_HELD and competitive.high < -COMPETITIVE_MARGIN
+    assert competitive.verdict == NOT_HELD and competitive.high < competitive.threshold == -FALLBACK_MARGIN
     assert claims["beats LoRA at a matched budget"].verdict == HELD
     assert claims["faster per epoch than full FT"].verdict == HELD  # 6 s vs 10 s per epoch
     assert claims["early stopping often stops after 2-3 of 6 epochs"].estimate == 1.0  # every card run by epoch 2 of 4
@@ -118,6 +125,22 @@ def test_claims_compare_the_validation_chosen_card_and_judge_each_claim():
     thesis = claims["high drift beats low drift (the thesis)"]
     assert thesis.measure == "profile:high-drift@0.01 - profile:low-drift@0.01 (test accuracy)"
     assert thesis.verdict == HELD and thesis.estimate > 0
+
+
+def test_the_margin_is_a_share_of_the_zero_shot_to_full_ft_gain():
+    rng = np.random.default_rng(1)
+    full = (rng.random(600) < 0.8).astype(int)
+    results, correct = _results(full, full, full, control_correct=full)
+    gained = results.assign(test_acc_before=results["test_acc"] - 0.3)  # full FT gains 0.3 over zero-shot
+    margin = competitive_margin(runs_at_chosen_rate(gained), share=0.1)
+    assert margin.value == pytest.approx(0.03) and "0.1 x the zero-shot -> full FT gain" in margin.reason
+    claims = {c.claim: c for c in claim_results(gained, correct, margin_share=0.2)}
+    assert claims["competitive with full fine-tuning"].threshold == pytest.approx(-0.06)
+    lost = competitive_margin(runs_at_chosen_rate(results.assign(test_acc_before=1.0)), share=0.1)
+    assert lost.value == 0.0 and "no gain, so no loss is allowed" in lost.reason
+    assert competitive_margin(runs_at_chosen_rate(results)) == Margin(
+        FALLBACK_MARGIN, "the fixed 0.03 (no zero-shot score recorded to derive it from)"
+    )
 
 
 def test_a_difference_the_interval_cannot_resolve_is_inconclusive():

@@ -21,6 +21,7 @@ import pandas as pd
 from topotuner_lab._io.errors import TaskError
 from topotuner_lab.study.plan import DEFAULT_RECIPE, with_key_columns
 from topotuner_lab.study.power import size_to_decide
+from topotuner_lab.study.presets import DEFAULT_MARGIN_SHARE
 from topotuner_lab.study.stats import (
     HELD,
     INCONCLUSIVE,
@@ -37,8 +38,8 @@ from topotuner_lab.study.stopping import early_by, share_interval
 from topotuner_lab.tasks.specs import get_task
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
 
-#: accuracy a card may lose to full fine-tuning and still count as competitive (non-inferiority margin)
-COMPETITIVE_MARGIN = 0.03
+#: the non-inferiority margin where the runs recorded no zero-shot score to derive it from (runs of earlier versions)
+FALLBACK_MARGIN = 0.03
 #: the paper: profile fine-tuning 20.4% faster per epoch than full FT and 5.5% faster than LoRA
 FASTER_THAN_FULL = 0.8
 FASTER_THAN_LORA = 1.0
@@ -84,6 +85,38 @@ def stopping_runs(results: pd.DataFrame) -> pd.DataFrame:
     results = with_key_columns(results)
     constant = results["schedule"].fillna("linear") == "constant"
     return results[(results["method"] == "profile") & (results["selected"].astype(bool) | constant)]
+
+
+def recorded_metric(group: pd.DataFrame) -> str:
+    """The primary metric a target's runs record (``acc`` where runs of earlier versions recorded none)."""
+    return str(group["metric"].dropna().iloc[0]) if "metric" in group and group["metric"].notna().any() else "acc"
+
+
+@dataclass(frozen=True)
+class Margin:
+    """A target's non-inferiority margin and why it is that size."""
+
+    value: float
+    reason: str
+
+
+def competitive_margin(group: pd.DataFrame, share: float = DEFAULT_MARGIN_SHARE) -> Margin:
+    """``share`` of the zero-shot -> full FT gain on one target's runs (at the chosen rates), in its own metric.
+
+    The gain is full FT's mean test score over seeds minus the pretrained model's score on the same rows; a target
+    with no full FT arm or no recorded zero-shot score falls back to :data:`FALLBACK_MARGIN`, and says so.
+    """
+    full = group.loc[group["method"] == "full", "test_acc"]
+    zero = group["test_acc_before"].dropna() if "test_acc_before" in group else pd.Series(dtype=float)
+    if full.empty or zero.empty:
+        missing = "no full FT arm" if full.empty else "no zero-shot score recorded"
+        return Margin(FALLBACK_MARGIN, f"the fixed {FALLBACK_MARGIN:g} ({missing} to derive it from)")
+    gain = float(full.mean() - zero.iloc[0])
+    return Margin(
+        share * max(gain, 0.0),
+        f"{share:g} x the zero-shot -> full FT gain ({zero.iloc[0]:.3f} -> {full.mean():.3f}"
+        + (")" if gain > 0 else "; no gain, so no loss is allowed)"),
+    )
 
 
 def _best_by_validation(group: pd.DataFrame, strategies: tuple[str, ...], budget: float | None = None) -> str | None:
@@ -140,8 +173,12 @@ def _scored(where: str | pd.DataFrame) -> str:
         return "test score"
 
 
-def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]]) -> list[ClaimResult]:
+def claim_results(
+    results: pd.DataFrame, correct: Callable[[str, str], list[int]], margin_share: float = DEFAULT_MARGIN_SHARE
+) -> list[ClaimResult]:
     """Every claim for every (prior, target) setting of ``results``.
+
+    Non-inferiority claims use each target's :func:`competitive_margin` (``margin_share`` of its gain).
 
     ``correct(run_dir, key)`` returns a run's per-example list under ``key`` of its ``results.json``
     (``test_correct``, ``ood_correct_after``, ``stop_epoch_test_correct``, ``ppl_nll_before``...); a key the run
@@ -158,6 +195,7 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
         seeds = sorted(set(group.loc[group["run"] == a, "seed"]) & set(group.loc[group["run"] == b, "seed"]))
         return two_way_bootstrap(stacked(group, a, seeds, key), stacked(group, b, seeds, key))
 
+    margins = {t: competitive_margin(g, margin_share).value for t, g in runs.groupby("target", sort=False)}
     for (prior, target), group in runs.groupby(["prior", "target"], sort=False):
         setting = f"{prior} -> {target}"
         best = _best_by_validation(group, TOPOLOGY)
@@ -169,7 +207,7 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
                     setting,
                     f"{best} - full ({_scored(target)})",
                     paired(group, best, "full"),
-                    -COMPETITIVE_MARGIN,
+                    -margins[target],
                 )
             )
             claims.append(
@@ -197,7 +235,7 @@ def claim_results(results: pd.DataFrame, correct: Callable[[str, str], list[int]
         claims += _selector_claims(group, setting, paired) + _thesis_claims(group, setting, paired)
         if best and has_full:
             claims += _forgetting_nll_claim(group, setting, best, correct)
-        claims += _stop_accuracy_claims(group, setting, correct)
+        claims += _stop_accuracy_claims(group, setting, correct, margins[target])
         control = _best_by_validation(group, CONTROLS)
         if best and control:
             claims.append(
@@ -253,7 +291,7 @@ def _forgetting_nll_claim(
 
 
 def _stop_accuracy_claims(
-    group: pd.DataFrame, setting: str, correct: Callable[[str, str], list[int]]
+    group: pd.DataFrame, setting: str, correct: Callable[[str, str], list[int]], margin: float
 ) -> list[ClaimResult]:
     """Accuracy at the stop epoch against the same runs' full budget, per card arm (non-inferiority, paired).
 
@@ -278,7 +316,7 @@ def _stop_accuracy_claims(
             setting,
             f"{name}: accuracy at the stop epoch - after the full budget",
             two_way_bootstrap([stop[s] for s in seeds], [full[s] for s in seeds]),
-            -COMPETITIVE_MARGIN,
+            -margin,
         )
         # a rule that never fired before the full budget says nothing about the accuracy it keeps
         out.append(result if fired else replace(result, verdict=UNTESTABLE))

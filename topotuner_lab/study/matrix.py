@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from topotuner_lab._io.errors import TaskError
-from topotuner_lab.study.claims import runs_at_chosen_rate
+from topotuner_lab.study.claims import recorded_metric, runs_at_chosen_rate
 from topotuner_lab.study.plan import DEFAULT_RECIPE
 from topotuner_lab.tasks.specs import get_task
 
@@ -66,14 +66,13 @@ def transfer_matrix(results: pd.DataFrame, strategy: str = "high-drift") -> pd.D
         lora = group[(group["method"] == "lora") & (group["budget"] == budget)]
         full = group[group["method"] == "full"]
         scores = {name: arm["test_acc"].mean() for name, arm in (("card", card), ("full", full), ("lora", lora))}
-        metric = group["metric"].dropna().iloc[0] if "metric" in group and group["metric"].notna().any() else "acc"
         rows.append(
             {
                 "prior": prior,
                 "target": target,
                 "prior_family": task_family(str(prior)),
                 "target_family": task_family(str(target)),
-                "metric": metric,
+                "metric": recorded_metric(group),
                 "seeds": card["seed"].nunique(),
                 **scores,
                 "card_minus_full": scores["card"] - scores["full"],

@@ -12,6 +12,11 @@ from topotuner_lab.profiles.card import DEFAULT_NORMALIZATION, NORMALIZATIONS, S
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.early_stopping import DEFAULT_STOP_THRESHOLD
 
+#: a card "competitive with full FT" may lose this share of what full fine-tuning adds over the zero-shot model: the
+#: usual non-inferiority convention of preserving half the active control's effect (FDA 2016 guidance, M2 = 50% of
+#: M1). On SST-2 here (SmolLM2 zero-shot 0.784 on the 872 test sentences, full FT ~0.86) it is ~0.04 accuracy.
+DEFAULT_MARGIN_SHARE = 0.5
+
 #: learning-rate grids per method family (log-spaced), searched on validation accuracy
 DEFAULT_LR_GRID: dict[str, tuple[float, ...]] = {
     "full": (1e-5, 3e-5, 1e-4, 3e-4),
@@ -102,6 +107,12 @@ class Preset(Config):
         "the pre-registered primary claim, judged on its own interval; every other paired claim is secondary and "
         "judged after Holm's correction",
         check=Check(lambda v: isinstance(v, str) and v.strip() != "", "a claim's name"),
+    )
+    margin_share: float = opt(
+        DEFAULT_MARGIN_SHARE,
+        "non-inferiority margin of the 'competitive' and 'stopping keeps the score' claims, as a share of the "
+        "target's zero-shot -> full FT gain (so one rule fits accuracy, ROUGE-L and pass@1 alike)",
+        check=OPEN_UNIT,
     )
     metric: str = opt(DEFAULT_METRIC, "drift column the cards rank by")
     normalization: str = opt(DEFAULT_NORMALIZATION, "how drift is compared across sizes", choices=NORMALIZATIONS)
@@ -298,7 +309,8 @@ PRESETS: dict[str, Preset] = {
     # Issue 19's pre-registered decisive comparison, about 10 h here over several sittings (resumable): AG News prior
     # (three prior seeds) -> SST-2 (all 872 test sentences; 500 validation sentences drawn like them); the primary
     # claim, named before the runs, is "competitive with full fine-tuning" for the high-drift card at 1% (margin
-    # 0.03); secondary (Holm): beats LoRA, high vs low drift, topology vs the stratified random and magnitude controls,
+    # half the zero-shot -> full FT gain); secondary (Holm): beats LoRA, high vs low drift, topology vs the stratified
+    # random and magnitude controls,
     # forgetting (BoolQ, 1,000 items, a yes/no format unlike SST-2's label words, and per-text NLL), early stopping
     # over 6 epochs. Rates swept on two seeds of their own (criterion averaged), then 5 result seeds; noise-z over 5
     # perturbation draws. 71 planned fine-tunes (more where a sweep extends) of ~7 min.

@@ -130,7 +130,8 @@ def load_study(out_dir: str | Path) -> StudyInputs:
         planned or len(results),
         machine or "machine not recorded",
         with_holm(
-            (claim_results(results, correct) if len(results) else []) + drift_claims(models, preset),
+            (claim_results(results, correct, preset.margin_share) if len(results) else [])
+            + drift_claims(models, preset),
             preset.primary_claim,
         ),
         models,

@@ -14,9 +14,10 @@ from topotuner_lab.drift.noise import noise_check
 from topotuner_lab.profiles.card import NORMALIZATIONS, ModelIdentity
 from topotuner_lab.profiles.select import MIN_NOISE_DRAWS, build_profile
 from topotuner_lab.study.claims import (
-    COMPETITIVE_MARGIN,
     ClaimResult,
     claims_frame,
+    competitive_margin,
+    recorded_metric,
     runs_at_chosen_rate,
     stopping_runs,
     summary_verdict,
@@ -107,24 +108,15 @@ def noise_floor_section(
     )
 
 
-def margin_lines(results: pd.DataFrame) -> list[str]:
-    """Per target, the competitive margin against the gain fine-tuning brings: zero-shot -> full FT test score."""
-    if "test_acc_before" not in results or results["test_acc_before"].isna().all():
-        return []
+def margin_lines(results: pd.DataFrame, share: float) -> list[str]:
+    """Per target, the non-inferiority margin its claims use and where it comes from (:func:`competitive_margin`)."""
     runs = runs_at_chosen_rate(results)
-    lines = []
-    for target, group in runs.groupby("target", sort=False):
-        full = group.loc[group["method"] == "full", "test_acc"]
-        zero = group["test_acc_before"].dropna()
-        if full.empty or zero.empty:
-            continue
-        gain = full.mean() - zero.iloc[0]
-        share = f"{COMPETITIVE_MARGIN / gain:.0%} of that gain" if gain > 0 else "larger than any gain (none here)"
-        lines.append(
-            f"Margin in context ({target}): the pretrained model scores {zero.iloc[0]:.3f} zero-shot on the test rows, "
-            f"full FT {full.mean():.3f} (mean over seeds); the competitive margin {COMPETITIVE_MARGIN:g} is {share}."
-        )
-    return lines
+    return [
+        f"Margin ({target}): a card is competitive when it loses at most {margin.value:.3g} "
+        f"{recorded_metric(group)} to full FT: {margin.reason}."
+        for target, group in runs.groupby("target", sort=False)
+        for margin in [competitive_margin(group, share)]
+    ]
 
 
 def setup_section(preset: Preset, runs: int, planned: int, results: pd.DataFrame, test_rows: int | None = None) -> str:
@@ -204,7 +196,7 @@ def setup_section(preset: Preset, runs: int, planned: int, results: pd.DataFrame
             + ", ".join(f"{k} {v:.1f}" for k, v in cost.items())
             + f"; {runs} fine-tunes in all, {results['wall_sec'].sum() / 3600:.1f} h."
         )
-    lines += margin_lines(results)
+    lines += margin_lines(results, preset.margin_share)
     if preset.other_models:
         lines.append(f"Drift only (own prior fine-tunes, no transfer grid): {', '.join(preset.other_models)}.")
     if runs < planned:
@@ -240,8 +232,8 @@ def claims_section(claims: list[ClaimResult]) -> str:
         "not hold* when it lies wholly on "
         "the other side, and is *inconclusive* when it covers the threshold; *not testable here* when the setup "
         "cannot decide it either way (a stop-epoch threshold below the earliest epoch the rule can fire, "
-        f"{EARLIEST_STOP}, needs a longer budget). Competitive means at most "
-        f"{COMPETITIVE_MARGIN:g} below full FT."
+        f"{EARLIEST_STOP}, needs a longer budget). Competitive means at most the "
+        "target's margin below full FT (the threshold column; the setup says how each margin was derived)."
         + (
             " The *primary* claim was named before the runs (the preset's `primary_claim`) and is judged on its own "
             "interval; every *secondary* paired claim is also judged after Holm's correction of its two-sided "
