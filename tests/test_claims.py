@@ -211,5 +211,9 @@ def test_forgetting_by_text_nll_and_accuracy_at_the_stop_epoch_are_paired_claims
     lost = -full[:100].sum() / 400  # the correct answers among the first 100 are lost at the stop epoch
     assert stops["high-drift@0.01"].verdict == NOT_HELD and stops["high-drift@0.01"].estimate == pytest.approx(lost)
     assert stops["random@0.01"].estimate == 0  # never stopped: the full budget on both sides
+    # a rule that fires only at the last epoch leaves the final scores: whatever an older version logged for it
+    last = results.assign(stop_epoch=results["stop_epoch"].where(results["stop_epoch"].isna(), 4))
+    at_last = {c.measure.split(":")[1]: c for c in claim_results(last, more) if c.claim.startswith("early stopping k")}
+    assert at_last["high-drift@0.01"].estimate == 0 and at_last["high-drift@0.01"].verdict == "not testable here"
     # results of a version without per-text values: no claim, no error
     assert not [c for c in claim_results(results, correct) if "NLL" in c.claim]

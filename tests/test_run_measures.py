@@ -13,7 +13,7 @@ from transformers import TrainerControl, TrainerState
 import topotuner_lab.training.finetune as ft
 import topotuner_lab.training.scoring as scoring
 from topotuner_lab.tasks.specs import TASKS
-from topotuner_lab.training.callbacks import EpochEvaluation, at_epoch, per_epoch
+from topotuner_lab.training.callbacks import EpochEvaluation, at_epoch, evaluation_entry, per_epoch
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.evaluation import (
     classification_correct,
@@ -101,6 +101,13 @@ def test_epoch_evaluation_logs_test_and_validation_each_epoch():
     assert per_epoch(history, "val_accuracy") == [0.5, 1.0] and per_epoch(history, "val_logloss") == [0.9, 0.4]
     assert at_epoch(history, "test_correct", 1) == [1, 0, 1] and at_epoch(history, "test_correct", None) is None
     assert len(per_epoch(history, "eval_seconds")) == 2
+
+
+def test_a_graded_metric_is_logged_per_example_as_it_is():
+    # ROUGE-L per summary: an epoch's per-example scores once read 0 for every row (cast to int)
+    entry = evaluation_entry(1, np.array([0.25, 0.5, 1.0]))
+    assert entry["test_correct"] == [0.25, 0.5, 1.0] and entry["test_accuracy"] == pytest.approx(0.5833, abs=1e-4)
+    assert evaluation_entry(1, np.array([True, False]))["test_correct"] == [1, 0]
 
 
 @pytest.mark.parametrize("stopped_by", ["budget", "rule"])

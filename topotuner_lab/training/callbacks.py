@@ -17,6 +17,7 @@ from transformers import TrainerCallback
 
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping, projection_matrices
 from topotuner_lab.training.evaluation import accuracy
+from topotuner_lab.training.scoring import per_example
 from topotuner_lab.weights.snapshot import Snapshot, save_snapshot
 
 #: ``score_val(model)`` -> (per validation row correctness, mean label log-loss or None for a generation task)
@@ -93,7 +94,7 @@ def evaluation_entry(
     entry: dict[str, Any] = {
         "epoch": epoch,
         "test_accuracy": accuracy(test_correct),
-        "test_correct": np.asarray(test_correct).astype(int).tolist(),
+        "test_correct": per_example(test_correct),  # 0/1 or a graded score (ROUGE...), never truncated
     }
     if val_correct is not None:
         entry["val_accuracy"] = accuracy(val_correct)

@@ -30,8 +30,8 @@ from topotuner_lab.training.data import RunData, capped_counts, chat_framed_data
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
 from topotuner_lab.training.evaluation import accuracy, perplexity_probe
 from topotuner_lab.training.memory import PeakMemory
-from topotuner_lab.training.results import RunResults, collect_results, per_example, write_results
-from topotuner_lab.training.scoring import TaskScorer, primary_values
+from topotuner_lab.training.results import RunResults, collect_results, write_results
+from topotuner_lab.training.scoring import TaskScorer, per_example, primary_values
 from topotuner_lab.training.trainer import build_trainer, last_checkpoint, prepare_model, resolve_lora_rank
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import LoadedModel

@@ -23,7 +23,7 @@ from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import RunData
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
 from topotuner_lab.training.evaluation import accuracy, perplexity_probe
-from topotuner_lab.training.scoring import primary_values
+from topotuner_lab.training.scoring import per_example, primary_values
 from topotuner_lab.weights.models import LoadedModel
 from topotuner_lab.weights.projections import count_parameters
 
@@ -199,12 +199,6 @@ def collect_results(
     results["forgetting_ood"] = results["ood_accuracy_before"] - results["ood_accuracy_after"]
     results["perplexity_change"] = results["perplexity_after"] - results["perplexity_before"]
     return results
-
-
-def per_example(values: np.ndarray) -> list[int] | list[float]:
-    """Per-example values as ``results.json`` keeps them: 0/1 integers for a 0/1 metric, else floats."""
-    values = primary_values(np.asarray(values))
-    return values.astype(int).tolist() if values.dtype == bool else values.tolist()
 
 
 #: the key of ``results.json`` that holds the checksum of everything else in it

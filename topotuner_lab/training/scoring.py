@@ -177,3 +177,9 @@ class TaskScorer:
 def primary_values(values: np.ndarray) -> np.ndarray:
     """A metric's per-example values: booleans when every value is 0 or 1 (accuracy, exact match), else floats."""
     return values.astype(bool) if np.isin(values, (0, 1)).all() else np.asarray(values, dtype=float)
+
+
+def per_example(values: np.ndarray) -> list[int] | list[float]:
+    """Per-example values as ``results.json`` keeps them: 0/1 integers for a 0/1 metric, else floats (ROUGE...)."""
+    values = primary_values(np.asarray(values))
+    return values.astype(int).tolist() if values.dtype == bool else values.tolist()
