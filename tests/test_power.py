@@ -47,6 +47,8 @@ def test_size_to_decide():
     assert size_to_decide(design, 0.0, 0.0).startswith("not by size")
     tight = size_to_decide(design, estimate=0.005, threshold=0.0)  # example noise alone exceeds the gap
     assert tight.startswith("more examples than measured: ~15366 examples")
+    hopeless = size_to_decide(design, estimate=0.0005, threshold=0.0)  # ~1.5 million examples: not a plan
+    assert hopeless == "not practically by size: the estimate sits 0.0005 from the threshold (~1536584 examples)"
 
 
 def test_an_inconclusive_claim_says_what_would_decide_it():

@@ -16,6 +16,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 Z95 = 1.959964
+#: a claim that needs this many times the examples it measured is called undecidable by size, not planned for
+IMPRACTICAL = 100
 
 
 @dataclass(frozen=True)
@@ -62,5 +64,7 @@ def size_to_decide(design: Design, estimate: float, threshold: float) -> str:
     if design.seed_var == 0 and room > 0:
         return f"{design.seeds} seed(s) already suffice for the example noise (seed noise unmeasured with one seed)"
     examples = math.ceil(design.example_var / (gap / Z95) ** 2)
+    if examples > IMPRACTICAL * design.examples:
+        return f"not practically by size: the estimate sits {gap:.2g} from the threshold (~{examples} examples)"
     seeds = math.ceil(2 * design.seed_var / (gap / Z95) ** 2) if design.seed_var > 0 else design.seeds
     return f"more examples than measured: ~{examples} examples (and ~{max(seeds, design.seeds)} seeds)"
