@@ -670,3 +670,26 @@ def test_the_matrix_asks_whether_the_transfer_check_predicted_the_gain():
     assert predicted["card_minus_full"] == (pytest.approx(1.0), 5) and predicted["card_minus_lora"][0] == pytest.approx(
         -1
     )
+
+
+def test_prior_seed_section_shows_agreement_and_each_picked_matrix(tiny_drift):
+    from topotuner_lab.profiles.select import build_profile
+
+    identity, table, noise = tiny_drift
+    card = build_profile(table, identity, prior_task="sst2", count=3)
+    cards = {("tiny", "sst2"): {0: card, 1: card}}  # two prior runs that agree exactly
+    text = sections.prior_seed_section(cards, "high-drift")
+    assert text.startswith("\n## Does the high-drift card hold across prior runs?")
+    assert "### tiny, prior sst2" in text and "3 of 3 matrices are picked by every seed." in text
+    agreement = text.split("### tiny, prior sst2\n\n")[1].splitlines()
+    assert agreement[0].split("|")[1:-1] == [
+        "   seed_a ",
+        "   seed_b ",
+        "   picks_a ",
+        "   picks_b ",
+        "   jaccard ",
+        "   random_jaccard ",
+        "   spearman ",
+    ]
+    assert agreement[2].replace(" ", "").startswith("|0|1|3|3|1|") and agreement[2].replace(" ", "").endswith("|1|")
+    assert sections.prior_seed_section({}, "high-drift") == ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.profiles.card import ModelIdentity
 from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.study.stability import (
+    drift_over_seeds,
     jaccard,
     kind_counts,
     model_dependence_claims,
@@ -53,6 +56,31 @@ def test_stability_table_has_one_row_per_seed_pair(cards_by_seed):
     assert list(zip(table["seed_a"], table["seed_b"])) == [(0, 1), (0, 2), (1, 2)]
     assert table.loc[0, "jaccard"] == 1.0  # the same prior run picks the same matrices
     assert (table["random_jaccard"] < 1).all()
+
+
+def test_rank_agreement_and_per_matrix_intervals_over_prior_seeds(cards_by_seed):
+    first = cards_by_seed[0]
+    ids = [first.trainable[0], *first.frozen[:2]]  # one matrix seed 0's card picks, two it freezes
+
+    def ranked(scores):
+        return [{"pid": pid, "score": score} for pid, score in zip(ids, scores)]
+
+    cards = {
+        0: replace(cards_by_seed[0], ranking=ranked([3.0, 2.0, 1.0])),
+        1: replace(cards_by_seed[1], ranking=ranked([5.0, 4.0, 0.0])),  # the same order: Spearman +1
+        2: replace(cards_by_seed[2], ranking=ranked([1.0, 2.0, 3.0])),  # reversed: -1
+    }
+    table = stability_table(cards)
+    assert table["spearman"].tolist() == pytest.approx([1.0, -1.0, -1.0])
+    over = drift_over_seeds(cards)
+    assert over.index.tolist() == ids  # by mean: 3.0, 2.67, 1.33
+    first_row = over.loc[ids[0]]
+    # mean 3, sd 2 over 3 seeds: half-width t(0.975, 2) * 2 / sqrt(3) = 4.303 * 1.1547
+    assert first_row["mean"] == pytest.approx(3.0)
+    assert first_row["high"] - first_row["mean"] == pytest.approx(4.3027 * 2 / np.sqrt(3), 1e-4)
+    assert over["picked_by"].to_dict() == {pid: sum(pid in c.trainable for c in cards.values()) for pid in ids}
+    assert over.loc[ids[0], "picked_by"] >= 1
+    assert np.isnan(drift_over_seeds({0: cards[0]})["low"]).all()  # one seed: no interval
 
 
 def test_identical_cards_are_stable_and_disjoint_ones_are_not(cards_by_seed):

@@ -5,6 +5,8 @@ Both questions are asked of the cards that several prior fine-tunes (``Preset.pr
 - **stability**: the Jaccard index of the trainable sets of every pair of prior seeds, against what two random
   cards of the same sizes would share (:func:`random_jaccard`). A ranking that another prior seed does not
   reproduce is noise, whatever its drift stands above the perturbation floor.
+- **ranking noise per matrix**: each matrix's ranking score with a t-interval over the prior seeds, and how many
+  seeds' cards pick it (:func:`drift_over_seeds`); the Spearman correlation of the whole ranking per seed pair.
 - **model dependence**: the share of value and output matrices among a card's picks, per model, with an interval
   over the prior seeds. The paper reports that LLaMA and Mistral drift in V/O and Qwen in K/Q.
 """
@@ -17,6 +19,7 @@ from itertools import combinations
 
 import numpy as np
 import pandas as pd
+from scipy import stats as scipy_stats
 
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.study.claims import ClaimResult
@@ -64,11 +67,20 @@ def random_jaccard(n: int, k_a: int, k_b: int, *, draws: int = 20_000, seed: int
     return float(np.mean(inter / np.maximum(union, 1)))
 
 
+def ranking_scores(card: ProfileCard) -> pd.Series:
+    """The score a card ranked each projection by (its strategy's, in its normalization), by projection id."""
+    return pd.Series({entry["pid"]: float(entry["score"]) for entry in card.ranking}, dtype=float)
+
+
 def stability_table(cards: Mapping[int, ProfileCard]) -> pd.DataFrame:
-    """One row per pair of prior seeds: the Jaccard index of their cards' picks and what random cards would share."""
+    """One row per pair of prior seeds: Jaccard of their picks, what random cards would share, rank agreement.
+
+    ``spearman`` correlates the two cards' whole rankings: how alike they rank beyond the picks.
+    """
     rows = []
     for (sa, a), (sb, b) in combinations(sorted(cards.items()), 2):
         n = len(a.trainable) + len(a.frozen)
+        pair = pd.concat([ranking_scores(a), ranking_scores(b)], axis=1, join="inner")
         rows.append(
             {
                 "seed_a": sa,
@@ -77,9 +89,39 @@ def stability_table(cards: Mapping[int, ProfileCard]) -> pd.DataFrame:
                 "picks_b": len(b.trainable),
                 "jaccard": jaccard(a.trainable, b.trainable),
                 "random_jaccard": random_jaccard(n, len(a.trainable), len(b.trainable)),
+                "spearman": float(pair.corr(method="spearman").iloc[0, 1]),
             }
         )
     return pd.DataFrame(rows)
+
+
+def drift_over_seeds(cards: Mapping[int, ProfileCard]) -> pd.DataFrame:
+    """Per matrix: its ranking score's mean over the prior seeds with a 95% t-interval, and how many seeds pick it.
+
+    Sorted by the mean, highest first. An interval needs two seeds or more (NaN with one); with three it is wide by
+    construction (t = 4.3), which is the honest size of three prior runs.
+    """
+    frame = pd.DataFrame({seed: ranking_scores(cards[seed]) for seed in sorted(cards)})
+    n = frame.shape[1]
+    mean = frame.mean(axis=1)
+    half = (
+        scipy_stats.t.ppf(0.5 + LEVEL / 2, n - 1) * frame.std(axis=1, ddof=1) / np.sqrt(n)
+        if n > 1
+        else pd.Series(np.nan, index=frame.index)
+    )
+    picked = Counter(pid for card in cards.values() for pid in card.trainable)
+    out = pd.DataFrame(
+        {
+            "mean": mean,
+            "low": mean - half,
+            "high": mean + half,
+            "picked_by": [picked.get(pid, 0) for pid in frame.index],
+            "seeds": n,
+        },
+        index=frame.index,
+    )
+    out.index.name = "pid"
+    return out.sort_values("mean", ascending=False)
 
 
 def stability_claim(table: pd.DataFrame, setting: str) -> ClaimResult | None:

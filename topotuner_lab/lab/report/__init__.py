@@ -28,6 +28,7 @@ def render(
         sections.transfer_section(study.transfer_checks),
         sections.transfer_matrix_section(study.matrix, matrix_figure, study.transfer_checks),
         sections.seed_picks_section(study.seed_picks, preset.strategies[0], preset.budgets[0]),
+        sections.prior_seed_section(study.prior_seed_cards, preset.strategies[0]),
     ]
     if len(results):  # a drift-only comparison (no target task) has no fine-tunes to show
         parts += [

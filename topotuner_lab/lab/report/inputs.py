@@ -70,6 +70,8 @@ class StudyInputs:
     stop_histories: list[tuple[list[float], list[float]]] = field(default_factory=list)
     #: the transfer matrix across task families (:func:`~topotuner_lab.study.matrix.transfer_matrix`)
     matrix: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: (model, prior task) -> prior seed -> the first strategy's card that seed's drift gives (two seeds or more)
+    prior_seed_cards: dict[tuple[str, str], dict[int, ProfileCard]] = field(default_factory=dict)
 
 
 def _preset(recorded: dict[str, Any]) -> tuple[Preset, int | None, str | None]:
@@ -140,6 +142,12 @@ def load_study(out_dir: str | Path) -> StudyInputs:
         seed_picks(models, preset),
         stop_histories(results, correct) if len(results) else [],
         transfer_matrix(results) if len(results) else pd.DataFrame(),
+        {
+            (model.name, prior): cards
+            for model in models
+            for prior in preset.prior_tasks
+            if len(cards := seed_cards(model, preset, prior)) > 1
+        },
     )
 
 

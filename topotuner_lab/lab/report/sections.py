@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from topotuner_lab.drift.noise import noise_check
-from topotuner_lab.profiles.card import NORMALIZATIONS, ModelIdentity
+from topotuner_lab.profiles.card import NORMALIZATIONS, ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import MIN_NOISE_DRAWS, build_profile
 from topotuner_lab.study.claims import (
     ClaimResult,
@@ -25,6 +25,7 @@ from topotuner_lab.study.claims import (
 from topotuner_lab.study.markdown import markdown_table
 from topotuner_lab.study.matrix import check_predicts_gain, with_transfer_checks
 from topotuner_lab.study.presets import Preset
+from topotuner_lab.study.stability import drift_over_seeds, stability_table
 from topotuner_lab.study.stopping import early_by, threshold_sweep
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
 from topotuner_lab.weights.projections import KINDS
@@ -410,6 +411,31 @@ def seed_picks_section(picks: pd.DataFrame, strategy: str, budget: float) -> str
         "across models with intervals over these seeds, and the Jaccard index of the picks across seeds with what "
         "random cards of the same size would share.\n\n" + picks.to_markdown(index=False, floatfmt=".3g") + "\n"
     )
+
+
+def prior_seed_section(cards: dict[tuple[str, str], dict[int, ProfileCard]], strategy: str) -> str:
+    """How far a card's ranking holds across prior runs: agreement per seed pair, and each picked matrix's score."""
+    if not cards:
+        return ""
+    parts = [
+        f"\n## Does the {strategy} card hold across prior runs?\n\nEach prior seed is another prior fine-tune (its own "
+        "training seed and training rows): the noise a card's ranking must beat. Per pair of seeds, the Jaccard "
+        "index of the picks against what random cards of the same size share, and the Spearman correlation of the "
+        "whole rankings; then every matrix some seed's card picks, with its ranking score's mean and 95% "
+        "t-interval over the seeds and how many seeds pick it.\n"
+    ]
+    for (model, prior), by_seed in cards.items():
+        over = drift_over_seeds(by_seed)
+        picked = over[over["picked_by"] > 0].reset_index()
+        parts.append(
+            f"\n### {model}, prior {prior}\n\n"
+            + stability_table(by_seed).to_markdown(index=False, floatfmt=".3g")
+            + "\n\n"
+            + picked.to_markdown(index=False, floatfmt=".3g")
+            + f"\n\n{int((picked['picked_by'] == len(by_seed)).sum())} of {len(picked)} matrices are picked by "
+            f"every seed.\n"
+        )
+    return "".join(parts)
 
 
 def transfer_section(records: list[dict[str, Any]]) -> str:
