@@ -33,6 +33,10 @@ def test_stop_strings_cut_the_answer_and_end_the_batch():
         pytest.param("42\n\nQuestion: next", ["\n\n", "Question:"], "42", id="earliest-of-two"),
         pytest.param("no stop here", ["###"], "no stop here", id="none-found"),
         pytest.param("x", [], "x", id="no-stops"),
+        pytest.param("\nA summary.\nMore", ["\n"], "\nA summary.", id="leading-newline-is-not-an-answer"),
+        pytest.param("\n    return x\ndef g", ["\ndef"], "\n    return x", id="indent-kept"),
+        pytest.param("  \n", ["\n"], "  \n", id="only-whitespace"),
+        pytest.param("\n# note", ["\n#"], "", id="stop-reaching-into-the-answer-counts"),
     ],
 )
 def test_cut_at_stop(text, stop, expected):

@@ -1,8 +1,11 @@
-"""Batched greedy generation: left-padded batches with the KV cache, stop strings, a progress bar.
+r"""Batched greedy generation: left-padded batches with the KV cache, stop strings, a progress bar.
 
 Prompts are sorted by length so each batch pads little, run through ``model.generate`` (greedy, cached), stopped early
-once every row of a batch has produced a stop string (transformers' ``StopStringCriteria``) and cut at the first
-one. The answers come back in the prompts' order; each is what one-row-at-a-time generation gives (tested).
+once every row of a batch has produced a stop string and cut at the first one. A stop string made wholly of the
+answer's leading whitespace does not count (whitespace is not an answer; any other stop acts as in lm-eval), so a
+model that opens with a newline (the pretrained SmolLM2 after "Summary:") is not cut to an empty answer by a ``"\n"``
+stop, as transformers' ``StopStringCriteria`` would cut it. The answers come back in the prompts' order; each is what
+one-row-at-a-time generation gives (tested).
 """
 
 from __future__ import annotations
@@ -12,14 +15,28 @@ from typing import Any, cast
 
 import torch
 from tqdm.auto import tqdm
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from topotuner_lab.training.evaluation import encode
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
-    """``text`` up to the first occurrence of any stop string."""
-    ends = [i for i in (text.find(s) for s in stop if s) if i >= 0]
+    """``text`` up to its first stop string, skipping one that lies wholly in the leading whitespace (no answer yet)."""
+    begun = len(text) - len(text.lstrip())
+    ends = [i for i in (text.find(s, max(0, begun - len(s) + 1)) for s in stop if s) if i >= 0]
     return text[: min(ends)] if ends else text
+
+
+class _AnswerStopped(StoppingCriteria):
+    """Per row: done once its generated text holds a stop string after the answer has begun (see ``cut_at_stop``)."""
+
+    def __init__(self, tokenizer: Any, stop: Sequence[str], prompt_width: int) -> None:
+        self.tokenizer, self.stop, self.prompt_width = tokenizer, list(stop), prompt_width
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_width :], skip_special_tokens=True)
+        done = [cut_at_stop(text, self.stop) != text for text in texts]
+        return cast(torch.BoolTensor, torch.tensor(done, dtype=torch.bool, device=input_ids.device))
 
 
 def _left_padded(rows: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,18 +79,18 @@ def generate(
     encoded = [encode(tokenizer, prompt, "", room)[0] for prompt in prompts]
     order = sorted(range(len(prompts)), key=lambda i: -len(encoded[i]))
     answers: list[str] = [""] * len(prompts)
-    extra: dict[str, Any] = {"stop_strings": list(stop), "tokenizer": tokenizer} if stop else {}
     starts = range(0, len(order), batch_size)
     for start in tqdm(starts, desc="generate", unit="batch", disable=not progress):
         batch = order[start : start + batch_size]
         ids, mask = _left_padded([encoded[i] for i in batch], pad_id)
+        stopping = StoppingCriteriaList([_AnswerStopped(tokenizer, stop, ids.shape[1])] if stop else [])
         out = cast(Any, model).generate(  # a transformers model: generate is not on torch.nn.Module
             input_ids=ids,
             attention_mask=mask,
             max_new_tokens=max_new_tokens,
             do_sample=False,
             pad_token_id=pad_id,
-            **extra,
+            stopping_criteria=stopping,
         )
         for row, index in enumerate(batch):
             text = tokenizer.decode(out[row, ids.shape[1] :], skip_special_tokens=True)
