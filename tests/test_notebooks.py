@@ -49,6 +49,9 @@ def test_all_notebooks_run_headlessly_on_the_tiny_profile(tmp_path):
     assert len(list((tmp_path / "figures").glob("plotly*.js"))) == 1
     card = json.loads((tmp_path / "work" / "cards" / "profile.json").read_text())
     assert card["model"]["name"] == "tiny-llama" and card["trainable"]
+    profile_book = nbformat.read(tmp_path / "executed" / "04_build_profile.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in profile_book.cells if c.cell_type == "code" for o in c.outputs)
+    assert "Across 3 prior runs the picks share a Jaccard index of " in printed  # the card against 2 more prior runs
     from topotuner_lab.lab.workbench import method_run, rate_sweeps
 
     results = method_run(tmp_path / "work", "agnews", "profile")  # the rate notebook 5 chose on validation
@@ -80,7 +83,10 @@ def test_parameter_types_are_checked(tmp_path):
         run_notebooks("tiny", tmp_path, {"learning_rat": "1"}, names=("01_extract.ipynb",))
     with pytest.raises(ParameterError, match="unknown notebook preset"):
         run_notebooks("huge", tmp_path)
+    with pytest.raises(ParameterError, match="distinct seeds >= 1"):
+        run_notebooks("tiny", tmp_path, {"extra_prior_seeds": "[0, 1]"}, names=("01_extract.ipynb",))
     assert _coerce("n", "12", "int", "nb") == 12 and _coerce("x", "1", "float", "nb") == 1.0
+    assert _coerce("s", "[1, 2]", "list", "nb") == [1, 2]
     with pytest.raises(ParameterError):
         _coerce("n", "True", "int", "nb")
 

@@ -292,6 +292,26 @@ def test_selector_agreement_on_the_series_table(tiny_snapshot, tiny_llama, tmp_p
     np.testing.assert_allclose(np.asarray(fig.data[0].z, dtype=float), matrix.to_numpy())
 
 
+def test_card_stability_ranks_each_prior_seed_with_the_cards_settings(tiny_snapshot, tiny_llama, tmp_path):
+    work = WorkDir(tmp_path / "work")
+    save_snapshot(tiny_snapshot, work.pretrained)
+    save_snapshot(perturb_snapshot(tiny_snapshot, 0.05, seed=0), work.finetuned("sst2"))
+    save_snapshot(perturb_snapshot(tiny_snapshot, 0.05, seed=0), work.prior_seed(1).finetuned("sst2"))  # same run
+    save_snapshot(perturb_snapshot(tiny_snapshot, 0.05, seed=7), work.prior_seed(2).finetuned("sst2"))  # another
+    table, noise = workbench.drift_source(work.root, "sst2")("default")
+    identity = identity_of(tiny_llama.model, "tiny-llama")
+    build_profile(table, identity, prior_task="sst2", count=3, noise=noise).save(work.card())
+    pairs, over = workbench.card_stability(work.root, [1, 2])
+    same = pairs[(pairs["seed_a"] == 0) & (pairs["seed_b"] == 1)].iloc[0]
+    assert same["jaccard"] == 1.0 and np.isclose(same["spearman"], 1.0)  # a repeated run ranks alike
+    assert len(pairs) == 3 and (pairs["jaccard"] < 1).any()  # seed 7's perturbation is other noise
+    assert over["seeds"].eq(3).all() and over["picked_by"].max() <= 3 and over["picked_by"].sum() == 9
+    with pytest.raises(FileNotFoundError, match="extra_prior_seeds including 5"):
+        workbench.card_stability(work.root, [5])
+    with pytest.raises(ValueError, match="other than 0"):
+        workbench.card_stability(work.root, [0, 1])
+
+
 def test_save_figure_keeps_dots_in_a_stem(tmp_path, table):
     """A model name with a dot (qwen2.5-coder-0.5b) must not lose the rest of the stem to a 'suffix'."""
     files = plots.save_figure(

@@ -680,7 +680,7 @@ def test_prior_seed_section_shows_agreement_and_each_picked_matrix(tiny_drift):
     cards = {("tiny", "sst2"): {0: card, 1: card}}  # two prior runs that agree exactly
     text = sections.prior_seed_section(cards, "high-drift")
     assert text.startswith("\n## Does the high-drift card hold across prior runs?")
-    assert "### tiny, prior sst2" in text and "3 of 3 matrices are picked by every seed." in text
+    assert "### tiny, prior sst2" in text and "3 of 3 matrices are picked by every run." in text
     agreement = text.split("### tiny, prior sst2\n\n")[1].splitlines()
     assert agreement[0].split("|")[1:-1] == [
         "   seed_a ",

@@ -19,6 +19,7 @@ from topotuner_lab.study.stability import (
     model_dependence_claims,
     random_jaccard,
     stability_claim,
+    stability_sentence,
     stability_table,
     value_output_share,
 )
@@ -81,6 +82,18 @@ def test_rank_agreement_and_per_matrix_intervals_over_prior_seeds(cards_by_seed)
     assert over["picked_by"].to_dict() == {pid: sum(pid in c.trainable for c in cards.values()) for pid in ids}
     assert over.loc[ids[0], "picked_by"] >= 1
     assert np.isnan(drift_over_seeds({0: cards[0]})["low"]).all()  # one seed: no interval
+
+
+def test_stability_sentence_reads_both_tables(cards_by_seed):
+    pairs, over = stability_table(cards_by_seed), drift_over_seeds(cards_by_seed)
+    every = int((over["picked_by"] == 3).sum())
+    sentence = stability_sentence(pairs, over)
+    assert sentence.startswith("Across 3 prior runs the picks share a Jaccard index of ")
+    assert (
+        f"{pairs['jaccard'].min():.2f}-1.00" in sentence and f"{every} of {(over['picked_by'] > 0).sum()}" in sentence
+    )
+    one = {0: cards_by_seed[0]}
+    assert stability_sentence(stability_table(one), drift_over_seeds(one)).startswith("One prior run only: 3 matrices")
 
 
 def test_identical_cards_are_stable_and_disjoint_ones_are_not(cards_by_seed):

@@ -14,7 +14,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from topotuner_lab._io.config import OPEN_UNIT, POSITIVE, POSITIVE_INT, Config, opt
+from topotuner_lab._io.config import OPEN_UNIT, POSITIVE, POSITIVE_INT, Check, Config, opt
 from topotuner_lab._io.errors import InputFileError, ParameterError, TopoTunerError
 from topotuner_lab.drift.settings import RECIPES
 from topotuner_lab.training.early_stopping import DEFAULT_STOP_THRESHOLD
@@ -28,6 +28,13 @@ NOTEBOOKS: tuple[str, ...] = (
     "05_finetune_compare.ipynb",
     "06_early_stopping.ipynb",
     "07_compare_cards.ipynb",
+)
+
+
+#: further prior seeds: distinct, and not 0 (the first prior run's, kept in the work folder itself)
+FURTHER_SEEDS = Check(
+    lambda v: isinstance(v, tuple) and len(set(v)) == len(v) and all(POSITIVE_INT(s) for s in v),
+    "distinct seeds >= 1 (seed 0 is the first prior run's)",
 )
 
 
@@ -45,6 +52,9 @@ class NotebookPreset(Config):
     prior_epochs: int = opt(2, "epochs of the prior fine-tune", check=POSITIVE_INT)
     prior_n_train: int = opt(128, "training examples of the prior fine-tune", check=POSITIVE_INT)
     prior_lr: float = opt(2e-4, "learning rate of the prior fine-tune", check=OPEN_UNIT)
+    extra_prior_seeds: tuple[int, ...] = opt(
+        (1, 2), "further prior fine-tunes (seeds) notebook 4 checks the card's picks against", check=FURTHER_SEEDS
+    )
     max_length: int = opt(64, "tokens per example", check=POSITIVE_INT)
     batch_size: int = opt(8, "training batch size", check=POSITIVE_INT)
     budget_pct: float = opt(1.0, "card budget in percent of the model", check=POSITIVE)
@@ -129,7 +139,7 @@ def check_overrides(preset: NotebookPreset, values: dict[str, Any]) -> NotebookP
 
 def _coerce(name: str, value: Any, type_name: str, notebook: str) -> Any:
     """Turn a CLI string into the parameter's declared type, or raise a clear error."""
-    expected = {"int": int, "float": float, "str": str, "bool": bool}.get(type_name)
+    expected = {"int": int, "float": float, "str": str, "bool": bool, "list": list}.get(type_name)
     if expected is None or isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
         return value
     if expected is float and isinstance(value, int) and not isinstance(value, bool):

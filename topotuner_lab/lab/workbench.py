@@ -32,8 +32,10 @@ from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 if TYPE_CHECKING:
     from topotuner_lab.training.transfer import TransferCheck
 
-#: perturbation seeds of the noise floor (two, so a z-score against noise is defined)
-NOISE_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)  # MIN_NOISE_DRAWS of them: enough for noise-z
+#: perturbation seeds of the noise floor (MIN_NOISE_DRAWS of them: enough for noise-z)
+NOISE_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
+#: the training seed of notebook 1's prior fine-tune (FinetuneConfig's default); further prior seeds are others
+FIRST_PRIOR_SEED = 0
 #: the selectors notebook 7 ranks side by side: topology (high- and low-drift), the magnitude control, and the field's
 #: weight statistics (Spectrum's SNR, WeightWatcher's alpha, KappaTune's kappa)
 SELECTORS: tuple[str, ...] = ("high-drift", "low-drift", "magnitude", "snr", "alpha", "kappa")
@@ -52,6 +54,83 @@ def finetuned_snapshot(loaded: LoadedModel, work_dir: str | Path, task: str, **c
         loaded, FinetuneConfig(method="full", task=task, output_dir=str(run_dir), save_snapshot=True, **config)
     )
     return load_snapshot(results["snapshot"])
+
+
+def prior_seed_snapshots(
+    loaded: LoadedModel, work_dir: str | Path, task: str, seeds: Sequence[int], **config: Any
+) -> dict[int, Snapshot]:
+    """The prior fine-tune repeated per further seed (its training seed and rows), each once, in its own folder.
+
+    The first prior run (seed ``FIRST_PRIOR_SEED``) lives in ``work_dir``; seed ``s`` in
+    ``WorkDir(work_dir).prior_seed(s)``. Another prior run is the noise a card's ranking must beat
+    (:func:`card_stability`).
+    """
+    _check_further_seeds(seeds)
+    return {
+        seed: finetuned_snapshot(
+            loaded, WorkDir(work_dir).prior_seed(seed).root, task, **{**config, "seed": seed, "data_seed": seed}
+        )
+        for seed in seeds
+    }
+
+
+def _check_further_seeds(seeds: Sequence[int]) -> None:
+    if FIRST_PRIOR_SEED in seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(
+            f"further prior seeds {list(seeds)}: list distinct seeds other than {FIRST_PRIOR_SEED} (the first prior "
+            "run's, in the work folder itself)"
+        )
+
+
+def card_stability(
+    work_dir: str | Path, seeds: Sequence[int], card: str | Path = ""
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Would another prior run pick the same matrices? ``card`` (default: notebook 4's) against its prior seeds.
+
+    Each further prior seed's drift table (from :func:`prior_seed_snapshots`, under the card's recipe, computed once)
+    is ranked with the card's own settings. Returns the agreement per seed pair (Jaccard of the picks against random
+    cards of the same size, Spearman of the whole rankings) and each matrix's score over the seeds (mean, 95%
+    t-interval, how many seeds pick it).
+    """
+    from topotuner_lab.study.stability import drift_over_seeds, stability_table
+
+    _check_further_seeds(seeds)
+    work, profile = WorkDir(work_dir), ProfileCard.load(card or WorkDir(work_dir).card())
+    recipe = card_recipe(profile)
+    if recipe not in RECIPES:
+        raise ValueError(
+            f"card {profile.prior_task} {profile.strategy} was built with drift recipe {recipe!r}, which cannot be "
+            f"recomputed for other prior seeds; build the card with one of {', '.join(RECIPES)}"
+        )
+    settings = DriftSettings.recipe(recipe)
+    pretrained = load_snapshot(work.pretrained)
+    noise = noise_tables_once(pretrained, recipe_work(work_dir, recipe), NOISE_SEEDS, settings)
+    cards = {FIRST_PRIOR_SEED: profile}
+    for seed in seeds:
+        folder = work.prior_seed(seed)
+        if not folder.finetuned(profile.prior_task).is_file():
+            raise FileNotFoundError(
+                f"no prior fine-tune of {profile.prior_task} with seed {seed} in {folder.root}: run notebook 1 with "
+                f"extra_prior_seeds including {seed}"
+            )
+        table = cached_drift_table(
+            pretrained,
+            load_snapshot(folder.finetuned(profile.prior_task)),
+            folder.recipe(recipe).drift_table(profile.prior_task),
+            settings,
+        )
+        cards[seed] = build_profile(
+            table,
+            profile.model,
+            prior_task=profile.prior_task,
+            strategy=profile.strategy,
+            metric=profile.metric,
+            seed=profile.seed,
+            normalization=profile.normalization,
+            noise=noise,
+            **profile.budget,
+        )
+    return stability_table(cards), drift_over_seeds(cards)
 
 
 def load_pair(work_dir: str | Path, prior_task: str) -> tuple[Snapshot, Snapshot]:

@@ -95,6 +95,26 @@ def stability_table(cards: Mapping[int, ProfileCard]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def stability_sentence(pairs: pd.DataFrame, over: pd.DataFrame) -> str:
+    """One sentence read off :func:`stability_table` and :func:`drift_over_seeds` of the same cards."""
+    picked = over[over["picked_by"] > 0]
+    seeds = int(over["seeds"].iloc[0]) if len(over) else 0
+    every = int((picked["picked_by"] == seeds).sum())
+    if pairs.empty:
+        return f"One prior run only: {len(picked)} matrices picked, nothing to compare them with."
+    span = lambda column: (
+        f"{pairs[column].min():.2f}"
+        + (  # noqa: E731
+            f"-{pairs[column].max():.2f}" if len(pairs) > 1 else ""
+        )
+    )
+    return (
+        f"Across {seeds} prior runs the picks share a Jaccard index of {span('jaccard')} (random cards of the same "
+        f"size: {pairs['random_jaccard'].mean():.2f}), the whole rankings agree at Spearman {span('spearman')}, and "
+        f"{every} of {len(picked)} matrices are picked by every run."
+    )
+
+
 def drift_over_seeds(cards: Mapping[int, ProfileCard]) -> pd.DataFrame:
     """Per matrix: its ranking score's mean over the prior seeds with a 95% t-interval, and how many seeds pick it.
 

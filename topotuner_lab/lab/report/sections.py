@@ -25,7 +25,7 @@ from topotuner_lab.study.claims import (
 from topotuner_lab.study.markdown import markdown_table
 from topotuner_lab.study.matrix import check_predicts_gain, with_transfer_checks
 from topotuner_lab.study.presets import Preset
-from topotuner_lab.study.stability import drift_over_seeds, stability_table
+from topotuner_lab.study.stability import drift_over_seeds, stability_sentence, stability_table
 from topotuner_lab.study.stopping import early_by, threshold_sweep
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
 from topotuner_lab.weights.projections import KINDS
@@ -425,15 +425,14 @@ def prior_seed_section(cards: dict[tuple[str, str], dict[int, ProfileCard]], str
         "t-interval over the seeds and how many seeds pick it.\n"
     ]
     for (model, prior), by_seed in cards.items():
-        over = drift_over_seeds(by_seed)
+        over, pairs = drift_over_seeds(by_seed), stability_table(by_seed)
         picked = over[over["picked_by"] > 0].reset_index()
         parts.append(
             f"\n### {model}, prior {prior}\n\n"
-            + stability_table(by_seed).to_markdown(index=False, floatfmt=".3g")
+            + pairs.to_markdown(index=False, floatfmt=".3g")
             + "\n\n"
             + picked.to_markdown(index=False, floatfmt=".3g")
-            + f"\n\n{int((picked['picked_by'] == len(by_seed)).sum())} of {len(picked)} matrices are picked by "
-            f"every seed.\n"
+            + f"\n\n{stability_sentence(pairs, over)}\n"
         )
     return "".join(parts)
 
