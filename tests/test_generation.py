@@ -5,17 +5,39 @@ from __future__ import annotations
 import pytest
 
 from topotuner_lab.tasks.specs import load_task
+from topotuner_lab.training import generation
 from topotuner_lab.training.generation import cut_at_stop, generate
-from topotuner_lab.weights.models import build_tiny_model
+from topotuner_lab.weights.models import TINY_DECODERS, build_tiny_model
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gpt2"])
-def test_batched_generation_equals_one_row_at_a_time(name):
+def _single_and_batched(name: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str], list[int]]:
+    """Answers one row at a time and four at a time, and how many live rows each batched prefill joined.
+
+    The stop string is a character the free answers hold here and there, so rows end at different steps.
+    """
     loaded = build_tiny_model(name)
-    prompts = list(load_task("gsm8k", "test", 7, 0)["prompt"]) + ["Short?"]
-    single = generate(loaded.model, loaded.tokenizer, prompts, max_new_tokens=8, batch_size=1, max_length=96)
-    batched = generate(loaded.model, loaded.tokenizer, prompts, max_new_tokens=8, batch_size=3, max_length=96)
-    assert batched == single and len(batched) == len(prompts)
+    prompts = list(load_task("gsm8k", "test", 9, 0)["prompt"]) + ["Short?"]
+    free = generate(loaded.model, loaded.tokenizer, prompts, max_new_tokens=12, batch_size=1, max_length=96)
+    kw = dict(max_new_tokens=12, stop=[free[0][3:4]], max_length=96)
+    single = generate(loaded.model, loaded.tokenizer, prompts, batch_size=1, **kw)
+    joins: list[int] = []
+    add = generation._Slots.add
+    monkeypatch.setattr(generation._Slots, "add", lambda self, *a: joins.append(self.live) or add(self, *a))
+    return single, generate(loaded.model, loaded.tokenizer, prompts, batch_size=4, **kw), joins
+
+
+@pytest.mark.parametrize("name", [*TINY_DECODERS, "tiny-gpt2"])
+def test_batched_generation_equals_one_row_at_a_time(name, monkeypatch):
+    single, batched, _ = _single_and_batched(name, monkeypatch)
+    assert batched == single and len(batched) == 10
+
+
+@pytest.mark.parametrize("name, joins_running", [("tiny-llama", True), ("tiny-gemma3", False)])
+def test_prompts_join_a_running_batch_unless_the_cache_slides(name, joins_running, monkeypatch):
+    """A freed slot is refilled while other rows run; a sliding-window cache cannot be re-aligned, so it waits."""
+    single, batched, joins = _single_and_batched(name, monkeypatch)
+    assert len({len(answer) for answer in single}) > 2, "rows should end at different steps"
+    assert batched == single and (max(joins) > 0) == joins_running, joins
 
 
 def test_stop_strings_cut_the_answer_and_end_the_batch():
