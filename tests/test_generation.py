@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from topotuner_lab.tasks.specs import load_task
 from topotuner_lab.training import generation
+from topotuner_lab.training.evaluation import model_device, pad_rows
 from topotuner_lab.training.generation import cut_at_stop, generate
 from topotuner_lab.weights.models import TINY_DECODERS, build_tiny_model
 
@@ -63,3 +65,14 @@ def test_stop_strings_cut_the_answer_and_end_the_batch():
 )
 def test_cut_at_stop(text, stop, expected):
     assert cut_at_stop(text, stop) == expected
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_padded_rows_go_where_the_model_is(left):
+    """Inputs follow the weights (the Trainer moves a model to the GPU when there is one); here the meta device."""
+    model = torch.nn.Linear(2, 2, device="meta")
+    ids, mask = pad_rows([[5, 6, 7], [8]], 0, model_device(model), left=left)
+    assert ids.device.type == mask.device.type == "meta"
+    ids, mask = pad_rows([[5, 6, 7], [8]], 0, torch.device("cpu"), left=left)
+    assert ids.tolist() == ([[5, 6, 7], [0, 0, 8]] if left else [[5, 6, 7], [8, 0, 0]])
+    assert mask.tolist() == ([[1, 1, 1], [0, 0, 1]] if left else [[1, 1, 1], [1, 0, 0]])

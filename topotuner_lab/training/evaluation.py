@@ -19,14 +19,23 @@ def encode(tokenizer: Any, prompt: str, target: str = "", max_length: int = 128)
     return prompt_ids[-room:], target_ids[: max_length - 1]
 
 
-def _pad(rows: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where ``model``'s weights are: its inputs go there (the Trainer moves a model to the GPU when there is one)."""
+    return next(model.parameters()).device
+
+
+def pad_rows(
+    rows: Sequence[list[int]], pad_id: int, device: torch.device, *, left: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id rows padded to one width, on the right (or the left: generation, scores at the end) with their mask."""
+    width = max(len(row) for row in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.tensor(row)
-        mask[i, : len(row)] = 1
-    return ids, mask
+        cols = slice(width - len(row), width) if left else slice(0, len(row))
+        ids[i, cols] = torch.tensor(row, dtype=torch.long)
+        mask[i, cols] = 1
+    return ids.to(device), mask.to(device)
 
 
 @torch.no_grad()
@@ -53,11 +62,11 @@ def continuation_logprobs(
     out = np.zeros((len(prompts), len(continuations)))
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start : start + batch_size]
-        ids, mask = _pad([pr + tg for _, _, pr, tg in chunk], pad)
+        ids, mask = pad_rows([pr + tg for _, _, pr, tg in chunk], pad, model_device(model))
         logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
         for row, (i, j, pr, tg) in enumerate(chunk):
             positions = torch.arange(len(pr) - 1, len(pr) + len(tg) - 1)
-            out[i, j] = float(logp[row, positions, torch.tensor(tg)].sum())
+            out[i, j] = float(logp[row, positions.to(logp.device), torch.tensor(tg, device=logp.device)].sum())
     return out
 
 
@@ -80,10 +89,10 @@ def _next_token_logprobs(
     out = np.zeros((len(prompts), len(token_ids)))
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
-        ids, mask = _pad([encoded[i] for i in rows], pad)
+        ids, mask = pad_rows([encoded[i] for i in rows], pad, model_device(model))
         last = (mask.sum(dim=1) - 1)[:, None]
         logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=last).logits[:, 0].float()
-        out[rows] = torch.log_softmax(logits, dim=-1)[:, token_ids].numpy()
+        out[rows] = torch.log_softmax(logits, dim=-1)[:, token_ids].cpu().numpy()
     return out
 
 
@@ -169,7 +178,7 @@ def perplexity_probe(
     text_tokens: list[int] = []
     encoded = [tokenizer(t, add_special_tokens=True).input_ids[:max_length] for t in texts]
     for start in range(0, len(encoded), batch_size):
-        ids, mask = _pad(encoded[start : start + batch_size], pad)
+        ids, mask = pad_rows(encoded[start : start + batch_size], pad, model_device(model))
         labels = ids.masked_fill(mask == 0, -100)
         logits = model(input_ids=ids, attention_mask=mask).logits.float()
         flat_logits, flat_labels = logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1)

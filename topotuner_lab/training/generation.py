@@ -25,7 +25,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers.cache_utils import DynamicLayer
 
-from topotuner_lab.training.evaluation import encode
+from topotuner_lab.training.evaluation import encode, model_device, pad_rows
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -33,16 +33,6 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     begun = len(text) - len(text.lstrip())
     ends = [i for i in (text.find(s, max(0, begun - len(s) + 1)) for s in stop if s) if i >= 0]
     return text[: min(ends)] if ends else text
-
-
-def _left_padded(rows: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row) :] = torch.tensor(row)
-        mask[i, width - len(row) :] = 1
-    return ids, mask
 
 
 def _pad_left(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
@@ -111,7 +101,7 @@ class _Slots:
         self.index = [self.index[row] for row in keep]
         self.tokens = [self.tokens[row] for row in keep]
         self.done = [False] * len(keep)
-        rows = torch.tensor(keep)
+        rows = torch.tensor(keep, device=self.mask.device)
         first = int(self.mask[rows].any(0).nonzero()[0])
         self.mask = self.mask[rows, first:]
         for layer in self.cache.layers:
@@ -119,7 +109,7 @@ class _Slots:
 
     def add(self, indices: Sequence[int], prompts: Sequence[list[int]], pad_id: int) -> dict[int, str]:
         """Prefills ``prompts`` and joins them to the slots; the answers of rows finished at their first token."""
-        ids, mask = _left_padded(prompts, pad_id)
+        ids, mask = pad_rows(prompts, pad_id, model_device(self.model), left=True)
         first, cache = self._forward(ids, mask, None)
         if self.cache is None:
             self.cache, self.mask = cache, mask
@@ -137,7 +127,7 @@ class _Slots:
 
     def step(self) -> dict[int, str]:
         """One token for every row (finished rows run on until dropped); the answers of rows that finished."""
-        last = torch.tensor([tokens[-1] if tokens else 0 for tokens in self.tokens])[:, None]
+        last = torch.tensor([tokens[-1] if tokens else 0 for tokens in self.tokens], device=self.mask.device)[:, None]
         self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.index), 1))], 1)
         tokens, self.cache = self._forward(last, self.mask, self.cache)
         live = [row for row, done in enumerate(self.done) if not done]

@@ -15,6 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from topotuner_lab.tasks.metrics import ranking_scores
+from topotuner_lab.training.evaluation import model_device, pad_rows
 
 __all__ = ["ranking_example_scores", "rerank_scores"]
 
@@ -26,18 +27,6 @@ def _token_ids(tokenizer: Any, texts: Sequence[str], add_special_tokens: bool) -
         chunk = list(texts[start : start + 1024])
         out.extend(list(ids) for ids in tokenizer(chunk, add_special_tokens=add_special_tokens).input_ids)
     return out
-
-
-def _left_padded(rows: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Ids, attention mask and position ids of left-padded rows (positions count from each row's first token)."""
-    width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-        mask[i, width - len(row) :] = 1
-    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
-    return ids, mask, positions
 
 
 @torch.no_grad()
@@ -73,7 +62,7 @@ def rerank_scores(
     """
     model.eval()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    device = next(model.parameters()).device
+    device = model_device(model)
     targets = [query_to_target(str(row["query"])) for row in rows]
     target_ids = [ids if text else [] for ids, text in zip(_token_ids(tokenizer, targets, False), targets)]
     prompts = [[doc_to_prompt(doc) for doc in row["candidates"]] for row in rows]
@@ -94,16 +83,17 @@ def rerank_scores(
     starts = range(0, len(pairs), batch_size)
     for start in tqdm(starts, desc="rerank", unit="batch", disable=not progress):
         chunk = pairs[start : start + batch_size]
-        ids, mask, positions = _left_padded([p + t for _, _, p, t in chunk], pad)
+        ids, mask = pad_rows([p + t for _, _, p, t in chunk], pad, device, left=True)
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # counted from each row's first token
         longest = max(len(t) for _, _, _, t in chunk)
         logits = model(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            position_ids=positions.to(device),
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
             logits_to_keep=longest + 1,
         ).logits[:, -longest - 1 : -1]
         logp = torch.log_softmax(logits.float(), dim=-1)
-        tokens = ids[:, -longest:].to(device)
+        tokens = ids[:, -longest:]
         token_logp = logp.gather(-1, tokens[..., None])[..., 0]  # (batch, longest): every row ends in its target
         lengths = torch.tensor([len(t) for _, _, _, t in chunk], device=device)
         in_target = torch.arange(longest, device=device)[None, :] >= (longest - lengths)[:, None]
