@@ -76,3 +76,10 @@ def test_padded_rows_go_where_the_model_is(left):
     ids, mask = pad_rows([[5, 6, 7], [8]], 0, torch.device("cpu"), left=left)
     assert ids.tolist() == ([[5, 6, 7], [0, 0, 8]] if left else [[5, 6, 7], [8, 0, 0]])
     assert mask.tolist() == ([[1, 1, 1], [0, 0, 1]] if left else [[1, 1, 1], [1, 0, 0]])
+
+
+@pytest.mark.parametrize("settings", [{"batch_size": 0}, {"max_new_tokens": 0}])
+def test_no_room_to_generate_is_refused(settings):
+    loaded = build_tiny_model("tiny-llama")
+    with pytest.raises(ValueError, match="must be at least 1"):
+        generate(loaded.model, loaded.tokenizer, ["Hi"], **settings)

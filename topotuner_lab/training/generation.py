@@ -165,6 +165,8 @@ def generate(
     batch_size : rows generated together at most (1 is one row at a time).
     max_length : prompt and answer tokens together at most: a prompt keeps its last ``max_length - max_new_tokens``.
     """
+    if batch_size < 1 or max_new_tokens < 1:
+        raise ValueError(f"batch_size ({batch_size}) and max_new_tokens ({max_new_tokens}) must be at least 1")
     model.eval()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     room = max(1, max_length - max_new_tokens)
