@@ -83,3 +83,18 @@ def test_no_room_to_generate_is_refused(settings):
     loaded = build_tiny_model("tiny-llama")
     with pytest.raises(ValueError, match="must be at least 1"):
         generate(loaded.model, loaded.tokenizer, ["Hi"], **settings)
+
+
+def test_rows_end_at_either_end_of_text_and_at_special_token_stops():
+    """lm-eval stops at the tokenizer's end-of-text as well as the model's; a special-token stop never shows in text."""
+    loaded = build_tiny_model("tiny-llama")  # generation config: eos 2; tokenizer: <eos> 257, <pad> 256
+    assert generation._end_ids(loaded.model, loaded.tokenizer, ()) == {2, 257}
+    assert generation._end_ids(loaded.model, loaded.tokenizer, ["<pad>", "\n"]) == {2, 256, 257}
+
+
+def test_an_empty_prompt_is_answered_from_the_start_token():
+    loaded = build_tiny_model("tiny-gpt2")  # adds no start token of its own: "" encodes to nothing
+    prompts = ["", "Hi", ""]
+    single = generate(loaded.model, loaded.tokenizer, prompts, max_new_tokens=4, batch_size=1)
+    assert generate(loaded.model, loaded.tokenizer, prompts, max_new_tokens=4, batch_size=3) == single
+    assert single[0] == single[2]

@@ -45,13 +45,17 @@ def _pad_left(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
     return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
 
 
-def _eos_ids(model: torch.nn.Module, tokenizer: Any) -> set[int]:
-    """The end-of-text ids ``generate`` would stop at: the model's generation config, else the tokenizer's."""
-    config = getattr(model, "generation_config", None)
-    eos = getattr(config, "eos_token_id", None)
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    return set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
+def _end_ids(model: torch.nn.Module, tokenizer: Any, stop: Sequence[str]) -> set[int]:
+    """Token ids that end a row: end-of-text by the model's generation config and by the tokenizer, and stop specials.
+
+    lm-eval stops on both end-of-text tokens; a stop string that is one special token is matched by id, since decoded
+    answers drop special tokens and the text search would never see it.
+    """
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = {tokenizer.eos_token_id, *(config_eos if isinstance(config_eos, list) else [config_eos])}
+    special = set(getattr(tokenizer, "all_special_tokens", ()))
+    ids |= {tokenizer.convert_tokens_to_ids(s) for s in stop if s in special}
+    return {i for i in ids if isinstance(i, int)}
 
 
 class _Slots:
@@ -59,7 +63,7 @@ class _Slots:
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, stop: Sequence[str], max_new_tokens: int) -> None:
         self.model, self.tokenizer, self.stop, self.max_new_tokens = model, tokenizer, list(stop), max_new_tokens
-        self.eos = _eos_ids(model, tokenizer)
+        self.eos = _end_ids(model, tokenizer, stop)
         self.index: list[int] = []
         self.tokens: list[list[int]] = []
         self.done: list[bool] = []
@@ -72,7 +76,9 @@ class _Slots:
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -ids.shape[1] :]
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
+        )
         return out.logits[:, -1].argmax(-1), out.cache
 
     def _record(self, row: int, token: int) -> str | None:
@@ -170,7 +176,8 @@ def generate(
     model.eval()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     room = max(1, max_length - max_new_tokens)
-    encoded = [encode(tokenizer, prompt, "", room)[0] for prompt in prompts]
+    context = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    encoded = [encode(tokenizer, prompt, "", room)[0] or [context] for prompt in prompts]  # an empty prompt: BOS
     queue = deque(sorted(range(len(prompts)), key=lambda i: -len(encoded[i])))  # alike lengths prefill together
     answers: list[str] = [""] * len(prompts)
     slots = _Slots(model, tokenizer, stop, max_new_tokens)
