@@ -45,6 +45,22 @@ def test_the_criterion_is_averaged_over_the_sweep_seeds():
     assert extension(sweep, (1e-3, 1e-2), 1) == 0.1  # type: ignore[arg-type]
 
 
+def test_rates_can_be_chosen_on_accuracy_where_log_loss_prefers_a_timid_model():
+    """After many epochs log-loss can favour a small rate whose accuracy is lower (cpu-decide's full FT sweep)."""
+    sweep = [
+        (3e-6, {"val_logloss": 0.43, "val_accuracy": 0.83}),
+        (1e-5, {"val_logloss": 0.70, "val_accuracy": 0.86}),
+        (1e-4, {"val_logloss": 0.78, "val_accuracy": 0.87}),
+    ]
+    assert select_rate(sweep) == 3e-6  # type: ignore[arg-type]
+    assert select_rate(sweep, "accuracy") == 1e-4  # type: ignore[arg-type]
+    grid = (3e-6, 1e-5, 1e-4)
+    assert extension(sweep, grid, 2) < 3e-6 < 1e-4 < extension(sweep, grid, 2, "accuracy")  # type: ignore[arg-type, operator]
+    assert PRESETS["cpu-decide"].rate_criterion == "accuracy"
+    with pytest.raises(ParameterError, match="rate_criterion"):
+        replace(PRESETS["tiny"], rate_criterion="loss")
+
+
 def test_sweep_seeds_may_not_be_result_seeds():
     with pytest.raises(ParameterError, match=r"sweep_seeds and seeds share \[1\]"):
         replace(PRESETS["tiny"], sweep_seeds=(1, 7))

@@ -285,11 +285,13 @@ def config_for(preset: Preset, spec: RunSpec, cards: Cards, lr: float, run_dir: 
     return replace(cfg, lr_scheduler=key.schedule, output_dir=str(run_dir / folder))
 
 
-def select_rate(sweep: list[tuple[float, RunResults]]) -> float:
-    """The rate with the lowest validation log-loss (a smooth criterion), or the best validation accuracy.
+def select_rate(sweep: list[tuple[float, RunResults]], criterion: str = "logloss") -> float:
+    """The rate with the lowest validation log-loss (a smooth criterion) or, by ``criterion``, the best accuracy.
 
-    Each rate's criterion is its mean over the runs at that rate (one per sweep seed). Log-loss is used when every
-    run of the sweep records it (label-likelihood tasks, results of this version); ties go to the smaller rate.
+    Each rate's criterion is its mean over the runs at that rate (one per sweep seed). Log-loss is used when asked and
+    every run of the sweep records it (label-likelihood tasks), else validation accuracy (the task metric); ties go to
+    the smaller rate. Log-loss also rewards a less confident model: after many epochs it can prefer a rate whose
+    accuracy is lower, so a comparison judged on accuracy may choose on accuracy (``Preset.rate_criterion``).
     """
     by_rate: dict[float, list[RunResults]] = {}
     for lr, res in sweep:
@@ -299,12 +301,14 @@ def select_rate(sweep: list[tuple[float, RunResults]]) -> float:
         values: list[float] = [cast(float, res.get(field)) for res in by_rate[lr]]
         return sum(values) / len(values)
 
-    if all(res.get("val_logloss") is not None for _, res in sweep):
+    if criterion == "logloss" and all(res.get("val_logloss") is not None for _, res in sweep):
         return min(by_rate, key=lambda lr: (mean(lr, "val_logloss"), lr))
     return max(by_rate, key=lambda lr: (mean(lr, "val_accuracy"), -lr))
 
 
-def extension(sweep: list[tuple[float, RunResults]], grid: tuple[float, ...], cap: int) -> float | None:
+def extension(
+    sweep: list[tuple[float, RunResults]], grid: tuple[float, ...], cap: int, criterion: str = "logloss"
+) -> float | None:
     """The next rate beyond the grid's edge when the sweep's best rate lies on that edge (extend-until-interior).
 
     The step is the geometric mean ratio of the planned ``grid``; at most ``cap`` rates are added beyond it, the same
@@ -314,7 +318,7 @@ def extension(sweep: list[tuple[float, RunResults]], grid: tuple[float, ...], ca
     rates = sorted({lr for lr, _ in sweep})
     if len(grid) < 2 or len(rates) - len(grid) >= cap:
         return None
-    best = select_rate(sweep)
+    best = select_rate(sweep, criterion)
     step = (max(grid) / min(grid)) ** (1 / (len(grid) - 1))
     if best == rates[0]:
         beyond = best / step
@@ -503,14 +507,16 @@ def run_study(preset: Preset, out_dir: str | Path, log: Log = print) -> pd.DataF
                 index + 1 == len(specs) or specs[index + 1].arm != spec.arm or specs[index + 1].role != "sweep"
             )
             grid = preset.lr_grid[spec.key.family]
-            beyond = extension(sweeps[spec.arm], grid, preset.lr_extend) if last_of_sweep else None
+            beyond = (
+                extension(sweeps[spec.arm], grid, preset.lr_extend, preset.rate_criterion) if last_of_sweep else None
+            )
             if beyond is not None:
                 log(f"{spec.key.name}: best rate at the edge of its grid; extending the sweep to {beyond:g}")
                 more = [replace(spec, lr=beyond, seed=seed) for seed in preset.sweep_seeds or (spec.seed,)]
                 specs[index + 1 : index + 1] = more
                 progress.planned += len(more)
             elif last_of_sweep:
-                chosen[spec.arm] = select_rate(sweeps[spec.arm])
+                chosen[spec.arm] = select_rate(sweeps[spec.arm], preset.rate_criterion)
                 if not preset.sweep_seeds:  # the first seed's run at the chosen rate is its result
                     for row in rows[-len(sweeps[spec.arm]) :]:
                         row["selected"] = row["lr"] == chosen[spec.arm]

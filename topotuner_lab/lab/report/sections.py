@@ -170,8 +170,13 @@ def setup_section(preset: Preset, runs: int, planned: int, results: pd.DataFrame
             if preset.lr_extend
             else ""
         )
-        + ", the rate with the lowest validation log-loss (the best validation accuracy where a run recorded no "
-        "log-loss) kept for "
+        + (
+            ", the rate with the best validation accuracy"
+            if preset.rate_criterion == "accuracy"
+            else ", the rate with the lowest validation log-loss (the best validation accuracy where a run recorded no "
+            "log-loss)"
+        )
+        + " kept for "
         + ("every seed" if preset.sweep_seeds else "the other seeds")
         + "; the chosen rates are in the learning-rate section.",
         f"Cards: {', '.join(preset.strategies)} ranked by `{preset.metric}` with `{preset.normalization}` "
