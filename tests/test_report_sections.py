@@ -289,6 +289,37 @@ def test_lr_section_shows_the_first_seeds_sweep_and_the_chosen_rate():
     assert len(_table_rows(text)) == 3
 
 
+def test_lr_section_averages_the_sweep_seeds_criterion_and_reads_the_chosen_runs():
+    """With sweep seeds the table is the mean over them of the preset's criterion; result seeds are not the sweep."""
+
+    def run(seed: int, lr: float, role: str, acc: float, logloss: float) -> dict[str, object]:
+        keys = {"prior": "agnews", "target": "sst2", "run": "full", "schedule": "linear"}
+        return keys | {
+            "seed": seed,
+            "lr": lr,
+            "role": role,
+            "selected": role == "chosen",
+            "val_acc": acc,
+            "val_logloss": logloss,
+        }
+
+    results = pd.DataFrame(
+        [
+            run(100, 1e-5, "sweep", 0.80, 0.40),
+            run(101, 1e-5, "sweep", 0.84, 0.50),
+            run(100, 1e-4, "sweep", 0.86, 0.70),
+            run(101, 1e-4, "sweep", 0.88, 0.90),
+            run(0, 1e-4, "chosen", 0.99, 0.10),  # a result seed: not part of the sweep's means
+        ]
+    )
+    accuracy = sections.lr_section(results, "accuracy")
+    assert "mean over seeds 100, 101" in accuracy
+    assert _row_of(accuracy, "agnews", "sst2", "full")[3:] == ["0.82", "0.87", "0.0001"]
+    logloss = sections.lr_section(results, "logloss")
+    assert _header_of(logloss)[3] == "val log-loss @ 1e-05"
+    assert _row_of(logloss, "agnews", "sst2", "full")[3:] == ["0.45", "0.8", "0.0001"]
+
+
 def test_lr_section_warns_about_rates_chosen_at_the_grids_edge():
     text = sections.lr_section(_results())
     warning = re.search(r"\*\*Chosen at the edge of its grid\*\*: (.*?)\. The best rate", text)

@@ -32,7 +32,7 @@ def render(
     ]
     if len(results):  # a drift-only comparison (no target task) has no fine-tunes to show
         parts += [
-            sections.lr_section(results),
+            sections.lr_section(results, preset.rate_criterion),
             sections.spread_section(results),
             sections.stopping_section(results, study.stop_histories),
         ]

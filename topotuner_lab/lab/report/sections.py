@@ -264,14 +264,29 @@ def claims_section(claims: list[ClaimResult]) -> str:
     )
 
 
-def lr_section(results: pd.DataFrame) -> str:
-    """Validation accuracy of every rate tried, per setting and method, and the rate chosen."""
-    first = results[(results["schedule"].fillna("linear") == "linear") & (results["seed"] == results["seed"].min())]
-    sweep = first.pivot_table(index=["prior", "target", "run"], columns="lr", values="val_acc", sort=False)
-    sweep.columns = [f"val acc @ {lr:g}" for lr in sweep.columns]
-    chosen = first[first["selected"].astype(bool)].set_index(["prior", "target", "run"])["lr"].rename("chosen lr")
+def lr_section(results: pd.DataFrame, criterion: str = "logloss") -> str:
+    """The criterion of every rate tried (mean over the sweep's seeds), per setting and method, and the rate chosen.
+
+    The sweep is the runs of role ``sweep`` (sweep seeds, or the first seed where a preset has none; results without
+    roles: the first seed's runs); the chosen rate is the one its ``selected`` runs used.
+    """
+    linear = results[results["schedule"].fillna("linear") == "linear"]
+    swept = (
+        linear[linear["role"] == "sweep"]
+        if "role" in linear and (linear["role"] == "sweep").any()
+        else linear[linear["seed"] == linear["seed"].min()]
+    )
+    field, label = (
+        ("val_logloss", "val log-loss")
+        if criterion == "logloss" and "val_logloss" in swept and swept["val_logloss"].notna().all()
+        else ("val_acc", "val acc")
+    )
+    keys = ["prior", "target", "run"]
+    sweep = swept.pivot_table(index=keys, columns="lr", values=field, aggfunc="mean", sort=False)
+    sweep.columns = [f"{label} @ {lr:g}" for lr in sweep.columns]
+    chosen = linear[linear["selected"].astype(bool)].groupby(keys, sort=False)["lr"].first().rename("chosen lr")
     table = sweep.join(chosen).reset_index()
-    grid = first.groupby(["prior", "target", "run"], sort=False)["lr"].agg(["min", "max"])
+    grid = swept.groupby(keys, sort=False)["lr"].agg(["min", "max"])
     at_edge = chosen[(chosen == grid["min"].reindex(chosen.index)) | (chosen == grid["max"].reindex(chosen.index))]
     edges = [f"{run} ({lr:g})" for (_, _, run), lr in at_edge.items()]
     warning = (
@@ -280,13 +295,11 @@ def lr_section(results: pd.DataFrame) -> str:
         if edges
         else ""
     )
+    seeds = sorted(swept["seed"].unique())
     return (
-        "\n## Learning rates, chosen on validation data\n\nEach method's sweep on the first seed (validation "
-        "accuracy per rate; the test set is "
-        "not looked at) and the rate kept for every seed.\n\n"
-        + table.to_markdown(index=False, floatfmt=".3g")
-        + "\n"
-        + warning
+        f"\n## Learning rates, chosen on validation data\n\nEach method's sweep ({label} per rate, the mean over "
+        f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}; the test set is not looked at) and the "
+        "rate kept for every seed.\n\n" + table.to_markdown(index=False, floatfmt=".3g") + "\n" + warning
     )
 
 
