@@ -41,4 +41,5 @@ bench: venv
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV)
+	git clean -fdXq -- runs  # run outputs; the cpu-decide ledger kept in git stays

@@ -13,8 +13,11 @@ import topotuner_lab.drift.compute as compute_mod
 import topotuner_lab.training.finetune as finetune_mod
 from topotuner_lab._io.errors import InputFileError, TopoTunerError
 from topotuner_lab.drift.cache import DriftCache
+from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.drift.tables import load_table
+from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
+from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.study.workspace import (
     WorkDir,
     drift_table_once,
@@ -25,6 +28,7 @@ from topotuner_lab.study.workspace import (
 )
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.results import write_results
+from topotuner_lab.training.trainer import resolve_lora_rank
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import build_tiny_model
 from topotuner_lab.weights.snapshot import NOISE_SCALE, load_snapshot, perturb_snapshot, save_snapshot
@@ -349,6 +353,15 @@ def runs(monkeypatch):
         out = Path(cfg.output_dir)
         out.mkdir(parents=True, exist_ok=True)
         results = {"config": cfg.to_dict(), "test_accuracy": 0.5 + len(calls) / 100}
+        if cfg.save_snapshot:  # what a real run keeps and records
+            (out / "after.safetensors").write_bytes(b"weights")
+            results["snapshot"] = str(out / "after.safetensors")
+        if cfg.profile:  # what prepare_model records of the card
+            card = ProfileCard.load(cfg.profile)
+            if cfg.method == "profile":
+                results["profile"] = {"trainable": card.trainable}
+            else:
+                results["lora_rank"] = resolve_lora_rank(loaded.model, cfg, card)
         write_results(out / "results.json", results)  # with its checksum, as a real run writes it
         return results
 
@@ -367,6 +380,41 @@ def test_finetune_once_runs_then_reuses_the_same_config(tmp_path, tiny_llama, ru
     )
     assert len(runs) == 1 and again == first
     assert log[-1] == f"skip (done): {tmp_path / 'run' / 'results.json'}"
+
+
+def test_finetune_once_trains_again_when_the_weights_it_kept_are_gone(tmp_path, tiny_llama, runs):
+    cfg = FinetuneConfig(output_dir=str(tmp_path / "run"), save_snapshot=True)
+    finetune_once(tiny_llama, cfg)
+    assert finetune_once(tiny_llama, cfg)["test_accuracy"] == 0.51 and len(runs) == 1  # weights there: reused
+    (tmp_path / "run" / "after.safetensors").unlink()  # a run folder restored from its results alone
+    log: list[str] = []
+    assert finetune_once(tiny_llama, cfg, log.append)["test_accuracy"] == 0.52
+    assert len(runs) == 2 and log[0].startswith("recompute (stale")
+    assert (tmp_path / "run" / "after.safetensors").is_file()
+
+
+@pytest.mark.parametrize("method", ["profile", "lora"])
+def test_finetune_once_trains_again_when_its_card_changed(tmp_path, tiny_llama, tiny_snapshot, runs, method):
+    table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), DriftSettings(maxdim=0), **FAST)
+    identity = ModelIdentity.from_snapshot(tiny_snapshot)
+    path = tmp_path / "card.json"
+    build_profile(table, identity, prior_task="sst2", count=2).save(path)
+    extra = {"lora_rank": "match"} if method == "lora" else {}
+    cfg = FinetuneConfig(output_dir=str(tmp_path / "run"), method=method, profile=str(path), **extra)
+    finetune_once(tiny_llama, cfg)
+    build_profile(table, identity, prior_task="sst2", count=2).save(path)  # rebuilt the same: still that run
+    assert finetune_once(tiny_llama, cfg)["test_accuracy"] == 0.51 and len(runs) == 1
+    other = build_profile(
+        table,
+        identity,
+        prior_task="sst2",
+        strategy="low-drift" if method == "profile" else "high-drift",
+        count=2 if method == "profile" else 8,
+    )  # other matrices; for LoRA, another matched rank
+    other.save(path)
+    log: list[str] = []
+    assert finetune_once(tiny_llama, cfg, log.append)["test_accuracy"] == 0.52
+    assert len(runs) == 2 and log[0].startswith("recompute (stale")
 
 
 def test_finetune_once_ignores_where_the_run_lives_and_whether_it_kept_checkpoints(tmp_path, tiny_llama, runs):

@@ -192,8 +192,38 @@ def _same_config(done: RunResults, cfg: FinetuneConfig) -> bool:
     return recorded == {k: v for k, v in cfg.to_dict().items() if k not in ignore}  # JSON values: tuples as lists
 
 
+def _weights_kept(done: RunResults, cfg: FinetuneConfig) -> bool:
+    """Whether the snapshots ``cfg`` asks a run to keep are on disk.
+
+    A run folder restored from its results alone (no weights) has to train again for later steps to read them.
+    """
+    wanted = ([done.get("snapshot")] if cfg.save_snapshot else []) + (
+        list(done.get("epoch_snapshots") or []) if cfg.save_epoch_snapshots else []
+    )
+    return all(path and Path(path).is_file() for path in wanted)
+
+
+def _same_card(loaded: LoadedModel, done: RunResults, cfg: FinetuneConfig) -> bool:
+    """Whether ``done`` trained with the card ``cfg`` names as it is now: the same matrices, or LoRA's same rank.
+
+    A card file is rebuilt from its drift table, so a prior trained again can change it.
+    """
+    from topotuner_lab.profiles.card import ProfileCard
+    from topotuner_lab.training.trainer import resolve_lora_rank
+
+    if cfg.profile is None or cfg.method == "full":
+        return True
+    card = ProfileCard.load(cfg.profile)
+    if cfg.method == "profile":
+        return (done.get("profile") or {}).get("trainable") == card.trainable
+    return done.get("lora_rank") == resolve_lora_rank(loaded.model, cfg, card)
+
+
 def finetune_once(loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str], None] = lambda _: None) -> RunResults:
-    """``run_finetune(loaded, cfg)`` unless its folder already holds results of this very config (then those)."""
+    """``run_finetune(loaded, cfg)`` unless its folder already holds results of this very config (then those).
+
+    "This very config" also means the card as it is now and, where the config keeps weights, those weights on disk.
+    """
     from topotuner_lab.training.finetune import run_finetune
     from topotuner_lab.training.results import load_results
 
@@ -207,7 +237,11 @@ def finetune_once(loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str],
         return run_finetune(loaded, cfg)
 
     return reuse_or_compute(
-        out / "results.json", load_results, run, valid=lambda done: _same_config(done, cfg), log=log
+        out / "results.json",
+        load_results,
+        run,
+        valid=lambda done: _same_config(done, cfg) and _weights_kept(done, cfg) and _same_card(loaded, done, cfg),
+        log=log,
     )
 
 
