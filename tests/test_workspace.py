@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -24,10 +26,12 @@ from topotuner_lab.study.workspace import (
     finetune_once,
     noise_tables_once,
     reuse_or_compute,
+    run_snapshot,
     snapshot_once,
 )
 from topotuner_lab.training.config import FinetuneConfig
-from topotuner_lab.training.results import write_results
+from topotuner_lab.training.finetune import stop_threshold_for
+from topotuner_lab.training.results import load_results, write_results
 from topotuner_lab.training.trainer import resolve_lora_rank
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import build_tiny_model
@@ -356,8 +360,9 @@ def runs(monkeypatch):
         if cfg.save_snapshot:  # what a real run keeps and records
             (out / "after.safetensors").write_bytes(b"weights")
             results["snapshot"] = str(out / "after.safetensors")
-        if cfg.profile:  # what prepare_model records of the card
-            card = ProfileCard.load(cfg.profile)
+        card = ProfileCard.load(cfg.profile) if cfg.profile else None
+        results["stop_threshold"] = stop_threshold_for(cfg, card)
+        if card is not None:  # what prepare_model records of the card
             if cfg.method == "profile":
                 results["profile"] = {"trainable": card.trainable}
             else:
@@ -391,30 +396,44 @@ def test_finetune_once_trains_again_when_the_weights_it_kept_are_gone(tmp_path, 
     assert finetune_once(tiny_llama, cfg, log.append)["test_accuracy"] == 0.52
     assert len(runs) == 2 and log[0].startswith("recompute (stale")
     assert (tmp_path / "run" / "after.safetensors").is_file()
+    # a copy of the folder without its weights trains again, though the recorded path (the original's) still has them
+    shutil.copytree(tmp_path / "run", tmp_path / "copy", ignore=shutil.ignore_patterns("*.safetensors"))
+    assert finetune_once(tiny_llama, replace(cfg, output_dir=str(tmp_path / "copy")))["test_accuracy"] == 0.53
+    assert run_snapshot(load_results(tmp_path / "copy" / "results.json"), tmp_path / "copy").is_file()
+    shutil.copytree(tmp_path / "copy", tmp_path / "moved")  # with its weights: reused, from where it is now
+    shutil.rmtree(tmp_path / "copy")
+    assert finetune_once(tiny_llama, replace(cfg, output_dir=str(tmp_path / "moved")))["test_accuracy"] == 0.53
+    assert len(runs) == 3
 
 
 @pytest.mark.parametrize("method", ["profile", "lora"])
 def test_finetune_once_trains_again_when_its_card_changed(tmp_path, tiny_llama, tiny_snapshot, runs, method):
     table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), DriftSettings(maxdim=0), **FAST)
     identity = ModelIdentity.from_snapshot(tiny_snapshot)
-    path = tmp_path / "card.json"
-    build_profile(table, identity, prior_task="sst2", count=2).save(path)
-    extra = {"lora_rank": "match"} if method == "lora" else {}
-    cfg = FinetuneConfig(output_dir=str(tmp_path / "run"), method=method, profile=str(path), **extra)
+
+    def card(path: Path, threshold: float = 0.5, **how: Any) -> str:
+        build_profile(table, identity, prior_task="sst2", stop_threshold=threshold, **{"count": 2, **how}).save(path)
+        return str(path)
+
+    extra = {"lora_rank": "match"} if method == "lora" else {"stop_threshold": "card"}
+    cfg = FinetuneConfig(output_dir=str(tmp_path / "run"), method=method, profile=card(tmp_path / "a.json"), **extra)
     finetune_once(tiny_llama, cfg)
-    build_profile(table, identity, prior_task="sst2", count=2).save(path)  # rebuilt the same: still that run
-    assert finetune_once(tiny_llama, cfg)["test_accuracy"] == 0.51 and len(runs) == 1
-    other = build_profile(
-        table,
-        identity,
-        prior_task="sst2",
-        strategy="low-drift" if method == "profile" else "high-drift",
-        count=2 if method == "profile" else 8,
-    )  # other matrices; for LoRA, another matched rank
-    other.save(path)
-    log: list[str] = []
-    assert finetune_once(tiny_llama, cfg, log.append)["test_accuracy"] == 0.52
-    assert len(runs) == 2 and log[0].startswith("recompute (stale")
+    card(tmp_path / "a.json")  # rebuilt the same: still that run, and so is the same card elsewhere (a cloned ledger)
+    assert finetune_once(tiny_llama, cfg)["test_accuracy"] == 0.51
+    assert finetune_once(tiny_llama, replace(cfg, profile=card(tmp_path / "b.json")))["test_accuracy"] == 0.51
+    assert len(runs) == 1
+    if method == "profile":  # other matrices, or another stopping threshold
+        changes = [{"strategy": "low-drift"}, {"threshold": 0.7}]
+    else:  # another matched rank
+        changes = [{"count": 8}]
+    for change in changes:  # each against a run made with the first card
+        base = replace(cfg, output_dir=str(tmp_path / f"run-{len(runs)}"), profile=card(tmp_path / "c.json"))
+        finetune_once(tiny_llama, base)
+        card(tmp_path / "c.json", **change)
+        log: list[str] = []
+        calls = len(runs)
+        finetune_once(tiny_llama, base, log.append)
+        assert len(runs) == calls + 1 and log[0].startswith("recompute (stale")
 
 
 def test_finetune_once_ignores_where_the_run_lives_and_whether_it_kept_checkpoints(tmp_path, tiny_llama, runs):

@@ -22,7 +22,14 @@ from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.study.protocol import select_rate
 from topotuner_lab.study.stats import two_way_bootstrap
-from topotuner_lab.study.workspace import WorkDir, drift_table_once, finetune_once, noise_tables_once, snapshot_once
+from topotuner_lab.study.workspace import (
+    WorkDir,
+    drift_table_once,
+    finetune_once,
+    noise_tables_once,
+    run_snapshot,
+    snapshot_once,
+)
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.results import RunResults, load_results
 from topotuner_lab.weights.checkpoint import read_json
@@ -53,7 +60,7 @@ def finetuned_snapshot(loaded: LoadedModel, work_dir: str | Path, task: str, **c
     results = finetune_once(
         loaded, FinetuneConfig(method="full", task=task, output_dir=str(run_dir), save_snapshot=True, **config)
     )
-    return load_snapshot(results["snapshot"])
+    return load_snapshot(run_snapshot(results, run_dir))
 
 
 def prior_seed_snapshots(

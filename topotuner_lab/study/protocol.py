@@ -46,6 +46,8 @@ from topotuner_lab.study.workspace import (
     finetune_once,
     noise_tables_once,
     reuse_or_compute,
+    run_epoch_snapshots,
+    run_snapshot,
     snapshot_once,
     task_tag,
 )
@@ -145,9 +147,10 @@ def _prior_drift(
             settings, path = drift_settings(preset, recipe), folder.recipe(recipe).drift_table(prior)
             aggregation = RECIPE_CARDS[recipe][0]
             if aggregation == "final":
-                tables[seed, recipe] = drift_table_once(pre, load_snapshot(res["snapshot"]), path, settings)
+                after = load_snapshot(run_snapshot(res, prior_cfg.output_dir))
+                tables[seed, recipe] = drift_table_once(pre, after, path, settings)
             else:
-                epochs = [load_snapshot(p) for p in res.get("epoch_snapshots") or []]
+                epochs = [load_snapshot(p) for p in run_epoch_snapshots(res, prior_cfg.output_dir)]
                 tables[seed, recipe] = epoch_drift_once(pre, epochs, path, aggregation, settings, log=log)
     return tables
 

@@ -183,7 +183,7 @@ def _same_config(done: RunResults, cfg: FinetuneConfig) -> bool:
     and one recorded before ``save_epoch_snapshots`` (``ood_tasks``) existed is one that did not write them (scored
     the default out-of-domain task).
     """
-    ignore = ("output_dir", "keep_checkpoints")
+    ignore = ("output_dir", "keep_checkpoints", "profile")  # the card's content is checked: _same_card
     before = {"save_epoch_snapshots": False, "ood_tasks": []}  # fields added later, as a run without them ran
     asked = {**before, **(done.get("config") or {}), **(done.get("requested_counts") or {})}
     if asked["save_epoch_snapshots"] and not cfg.save_epoch_snapshots:
@@ -192,31 +192,50 @@ def _same_config(done: RunResults, cfg: FinetuneConfig) -> bool:
     return recorded == {k: v for k, v in cfg.to_dict().items() if k not in ignore}  # JSON values: tuples as lists
 
 
+def run_snapshot(done: RunResults, folder: str | os.PathLike[str]) -> Path:
+    """The final snapshot a run kept, in its folder as it is now (``folder``: the run's output folder).
+
+    Results record the path the run wrote; a run folder copied or moved (a clone of a ledger) holds the file under
+    its own path, and the recorded one could be another folder's weights.
+    """
+    return Path(folder) / Path(done["snapshot"]).name
+
+
+def run_epoch_snapshots(done: RunResults, folder: str | os.PathLike[str]) -> list[Path]:
+    """The per-epoch snapshots a run kept, in order, in its folder as it is now (see :func:`run_snapshot`)."""
+    return [Path(folder) / Path(path).name for path in done.get("epoch_snapshots") or []]
+
+
 def _weights_kept(done: RunResults, cfg: FinetuneConfig) -> bool:
-    """Whether the snapshots ``cfg`` asks a run to keep are on disk.
+    """Whether the snapshots ``cfg`` asks a run to keep are in its folder.
 
     A run folder restored from its results alone (no weights) has to train again for later steps to read them.
     """
-    wanted = ([done.get("snapshot")] if cfg.save_snapshot else []) + (
-        list(done.get("epoch_snapshots") or []) if cfg.save_epoch_snapshots else []
-    )
-    return all(path and Path(path).is_file() for path in wanted)
+    if cfg.save_snapshot and not done.get("snapshot"):
+        return False
+    wanted = [run_snapshot(done, cfg.output_dir)] if cfg.save_snapshot else []
+    wanted += run_epoch_snapshots(done, cfg.output_dir) if cfg.save_epoch_snapshots else []
+    return all(path.is_file() for path in wanted)
 
 
 def _same_card(loaded: LoadedModel, done: RunResults, cfg: FinetuneConfig) -> bool:
-    """Whether ``done`` trained with the card ``cfg`` names as it is now: the same matrices, or LoRA's same rank.
+    """Whether ``done`` trained with ``cfg``'s card as it is now: same matrices (LoRA: rank) and stopping threshold.
 
-    A card file is rebuilt from its drift table, so a prior trained again can change it.
+    A card file is rebuilt from its drift table, so a prior trained again can change it; where the card lives is
+    not part of the question (a cloned ledger names it by another path).
     """
     from topotuner_lab.profiles.card import ProfileCard
+    from topotuner_lab.training.finetune import stop_threshold_for
     from topotuner_lab.training.trainer import resolve_lora_rank
 
     if cfg.profile is None or cfg.method == "full":
         return True
     card = ProfileCard.load(cfg.profile)
     if cfg.method == "profile":
-        return (done.get("profile") or {}).get("trainable") == card.trainable
-    return done.get("lora_rank") == resolve_lora_rank(loaded.model, cfg, card)
+        same = (done.get("profile") or {}).get("trainable") == card.trainable
+    else:
+        same = done.get("lora_rank") == resolve_lora_rank(loaded.model, cfg, card)
+    return same and done.get("stop_threshold") == stop_threshold_for(cfg, card)
 
 
 def finetune_once(loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str], None] = lambda _: None) -> RunResults:
