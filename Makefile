@@ -42,4 +42,4 @@ bench: venv
 
 clean:
 	rm -rf $(VENV)
-	git clean -fdXq -- runs  # run outputs; the cpu-decide ledger kept in git stays
+	find runs -mindepth 1 -maxdepth 1 ! -name reproduce-cpu-decide -exec rm -rf {} +  # the cpu-decide study stays

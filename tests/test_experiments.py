@@ -59,21 +59,27 @@ def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
     assert not noise.exists() and "## Is the drift profile model-dependent?" in (out / "AGAIN.md").read_text()
     # a rerun resumes: every run is skipped, the table is the same
     assert main(["reproduce", "--preset", "tiny", "-o", str(out)]) == 0
-    assert capsys.readouterr().out.count("skip (done)") == 26 + 2 + 1  # runs, priors, transfer check
+    drift = [out / "drift-sst2.parquet", out / "models" / "tiny-qwen2" / "drift-sst2.parquet"]
+    log = capsys.readouterr().out
+    assert log.count("skip (done)") == 26 + 2 + 1 + 2  # runs, priors, transfer check, drift tables
+    assert all(f"skip (done): {path}\n" in log for path in drift)
     pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), results)
     # so does a clone of its ledger (what .gitignore keeps of runs/reproduce-cpu-decide: no weights, no checkpoints):
     # the priors train again, bit-identically, so their drift tables verify and every finished run is reused
     clone = tmp_path / "clone"
     shutil.copytree(out, clone, ignore=shutil.ignore_patterns("*.safetensors", "checkpoint-*"))
     tables = {path: path.stat().st_mtime_ns for path in clone.rglob("drift-*.parquet")}
+    from topotuner_lab._io.errors import InputFileError
+
+    with pytest.raises(InputFileError, match="not the pretrained snapshot"):  # its report says what to run first
+        write_report(clone, clone / "R.md", "test")
     assert main(["reproduce", "--preset", "tiny", "-o", str(clone)]) == 0
     log = capsys.readouterr().out
-    assert log.count("skip (done)") == 26 + 1 and log.count("recompute (stale") == 2  # runs, transfer check; priors
+    assert log.count("skip (done)") == 26 + 1 + 2 and log.count("recompute (stale") == 2  # the priors retrain
+    assert all(f"skip (done): {clone / path.relative_to(out)}\n" in log for path in drift)  # verified, reused
     assert {path: path.stat().st_mtime_ns for path in tables} == tables and len(tables) == 2  # not recomputed
     pd.testing.assert_frame_equal(pd.read_csv(clone / "results.csv"), results)
     # a folder from the earlier protocol is refused with a clear message, not a KeyError
-    from topotuner_lab._io.errors import InputFileError
-
     old = tmp_path / "old"
     old.mkdir()
     results.drop(columns=["selected"]).to_csv(old / "results.csv", index=False)

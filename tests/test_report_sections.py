@@ -515,13 +515,13 @@ def test_noise_floor_section_puts_the_real_drift_over_the_floor():
     assert "WARNING: noise check on row_cosine_change: fine-tune drift is 1.00x" in low
 
 
-@pytest.mark.parametrize("missing", ["finetuned", "noise"])
-def test_noise_floor_section_is_empty_without_its_inputs(missing):
+def test_noise_floor_section_is_empty_without_noise_and_says_when_the_weights_are_missing():
     pre = _snapshot(_grid_and_random(0))
-    post = None if missing == "finetuned" else pre
-    noise = [] if missing == "noise" else [_values(["L0.q"], **{c: [1.0] for c in NOISE_COLUMNS})]
+    noise = [_values(["L0.q"], **{c: [1.0] for c in NOISE_COLUMNS})]
     table = _values(["L0.q"], **{c: [1.0] for c in NOISE_COLUMNS})
-    assert sections.noise_floor_section(pre, post, table, noise, "h0_w1") == ""
+    assert sections.noise_floor_section(pre, pre, table, [], "h0_w1") == ""  # no noise draws asked for
+    missing = sections.noise_floor_section(pre, None, table, noise, "h0_w1")
+    assert "not shown: the prior fine-tune's weights are not in this folder" in missing and "reproduce" in missing
 
 
 # normalization -------------------------------------------------------------------------------------------------

@@ -490,6 +490,33 @@ def test_finetune_once_keeps_the_checkpoints_of_an_interrupted_run(tmp_path, tin
     assert len(runs) == 1 and (out / "checkpoint-4").is_dir()
 
 
+def test_finetune_once_resumes_a_retrain_for_missing_weights_from_its_checkpoints(tmp_path, tiny_llama, runs):
+    out = tmp_path / "run"
+    cfg = FinetuneConfig(output_dir=str(out), save_snapshot=True)
+    finetune_once(tiny_llama, cfg)
+    (out / "after.safetensors").unlink()  # a ledger's run without its weights, whose retrain was interrupted
+    (out / "checkpoint-4").mkdir()
+    finetune_once(tiny_llama, cfg)
+    assert len(runs) == 2 and (out / "checkpoint-4").is_dir()  # the same config's checkpoints: resumed, not dropped
+
+
+def test_finetune_once_a_full_run_stopping_on_a_cards_threshold_follows_that_threshold(
+    tmp_path, tiny_llama, tiny_snapshot, runs
+):
+    table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), DriftSettings(maxdim=0), **FAST)
+    identity = ModelIdentity.from_snapshot(tiny_snapshot)
+    path = tmp_path / "card.json"
+    build_profile(table, identity, prior_task="sst2", count=2, stop_threshold=0.5).save(path)
+    cfg = FinetuneConfig(output_dir=str(tmp_path / "run"), profile=str(path), stop_threshold="card")
+    finetune_once(tiny_llama, cfg)
+    build_profile(table, identity, prior_task="sst2", count=4, stop_threshold=0.5).save(path)
+    finetune_once(tiny_llama, cfg)
+    assert len(runs) == 1  # full FT trains every matrix: the card's picks do not matter, its threshold does
+    build_profile(table, identity, prior_task="sst2", count=4, stop_threshold=0.7).save(path)
+    finetune_once(tiny_llama, cfg)
+    assert len(runs) == 2
+
+
 def test_finetune_once_reuses_a_run_recorded_before_epoch_snapshots_existed(tmp_path, tiny_llama, runs):
     out = tmp_path / "run"
     cfg = FinetuneConfig(output_dir=str(out), epochs=2)

@@ -148,7 +148,7 @@ def _prior_drift(
             aggregation = RECIPE_CARDS[recipe][0]
             if aggregation == "final":
                 after = load_snapshot(run_snapshot(res, prior_cfg.output_dir))
-                tables[seed, recipe] = drift_table_once(pre, after, path, settings)
+                tables[seed, recipe] = drift_table_once(pre, after, path, settings, log=log)
             else:
                 epochs = [load_snapshot(p) for p in run_epoch_snapshots(res, prior_cfg.output_dir)]
                 tables[seed, recipe] = epoch_drift_once(pre, epochs, path, aggregation, settings, log=log)

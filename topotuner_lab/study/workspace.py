@@ -228,13 +228,15 @@ def _same_card(loaded: LoadedModel, done: RunResults, cfg: FinetuneConfig) -> bo
     from topotuner_lab.training.finetune import stop_threshold_for
     from topotuner_lab.training.trainer import resolve_lora_rank
 
-    if cfg.profile is None or cfg.method == "full":
+    if cfg.profile is None:
         return True
     card = ProfileCard.load(cfg.profile)
     if cfg.method == "profile":
         same = (done.get("profile") or {}).get("trainable") == card.trainable
-    else:
+    elif cfg.method == "lora":
         same = done.get("lora_rank") == resolve_lora_rank(loaded.model, cfg, card)
+    else:  # full fine-tuning reads a card only for its stopping threshold
+        same = True
     return same and done.get("stop_threshold") == stop_threshold_for(cfg, card)
 
 
@@ -248,29 +250,49 @@ def finetune_once(loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str],
 
     out = Path(cfg.output_dir)
 
+    def same_training(done: RunResults) -> bool:
+        return _same_config(done, cfg) and _same_card(loaded, done, cfg)
+
     def run() -> RunResults:
-        if (out / "results.json").exists():  # a stale run: its checkpoints belong to another config
-            for checkpoint in out.glob("checkpoint-*"):
+        if (out / "results.json").exists() and not _recorded(out / "results.json", same_training):
+            for checkpoint in out.glob("checkpoint-*"):  # a stale run's: they belong to another config or card
                 shutil.rmtree(checkpoint)
-        log(f"run: {out}")
+        log(f"run: {out}")  # a run stale only for its missing weights keeps its checkpoints: an interrupted retrain
         return run_finetune(loaded, cfg)
 
     return reuse_or_compute(
         out / "results.json",
         load_results,
         run,
-        valid=lambda done: _same_config(done, cfg) and _weights_kept(done, cfg) and _same_card(loaded, done, cfg),
+        valid=lambda done: same_training(done) and _weights_kept(done, cfg),
         log=log,
     )
 
 
+def _recorded(path: Path, check: Callable[[RunResults], bool]) -> bool:
+    """Whether the results file at ``path`` reads cleanly and passes ``check``."""
+    from topotuner_lab.training.results import load_results
+
+    try:
+        return check(load_results(path))
+    except TopoTunerError:
+        return False
+
+
 def drift_table_once(
-    before: Snapshot, after: Snapshot, path: Path, settings: DriftSettings | None = None, **kwargs: Any
+    before: Snapshot,
+    after: Snapshot,
+    path: Path,
+    settings: DriftSettings | None = None,
+    *,
+    log: Callable[[str], None] = lambda _: None,
+    **kwargs: Any,
 ) -> pd.DataFrame:
     """The drift table at ``path``, computed once.
 
     Reused only if it holds the projections asked for (``pids``, default all), computed from these weights with
-    ``settings``; ``kwargs`` go to :func:`~topotuner_lab.drift.compute.drift_table`.
+    ``settings`` (``log`` says which, and why a table is computed again: a retrained prior whose weights differ);
+    ``kwargs`` go to :func:`~topotuner_lab.drift.compute.drift_table`.
     """
     import json
 
@@ -295,7 +317,7 @@ def drift_table_once(
             and list(table["pid"]) == wanted
         )
 
-    return reuse_or_compute(path, load_table, compute, valid=valid)
+    return reuse_or_compute(path, load_table, compute, valid=valid, log=log)
 
 
 def noise_tables_once(
@@ -359,7 +381,7 @@ def epoch_drift_once(
         tables = []
         for epoch, after in enumerate(afters, start=1):
             log(f"drift after epoch {epoch}/{len(afters)}: {epoch_table_path(path, epoch)}")
-            tables.append(drift_table_once(before, after, epoch_table_path(path, epoch), settings, **kwargs))
+            tables.append(drift_table_once(before, after, epoch_table_path(path, epoch), settings, log=log, **kwargs))
         table = aggregate_epochs(tables, aggregation)
         save_table(table, path)
         return table

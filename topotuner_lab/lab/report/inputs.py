@@ -84,8 +84,15 @@ def _preset(recorded: dict[str, Any]) -> tuple[Preset, int | None, str | None]:
 
 
 def _model_drift(work: WorkDir, preset: Preset) -> ModelDrift | None:
-    if not work.pretrained.is_file() or not work.drift_tables():
+    if not work.drift_tables():
         return None
+    if not work.pretrained.is_file():  # a ledger restored from git: tables and results, no weights
+        raise InputFileError(
+            f"{work.root} holds drift tables but not the pretrained snapshot they were computed from "
+            f"({work.pretrained.name}; weights are not kept in git), so the drift sections cannot be drawn",
+            "run the same `topotuner-lab reproduce --preset ... -o` into this folder first: it restores the weights, "
+            "verifies every table and finished run against them and skips them",
+        )
     tables = {WorkDir.prior_task_of(path): load_table(path) for path in work.drift_tables()}
     noise = [load_table(work.noise_table(seed)) for seed in preset.noise_seeds if work.noise_table(seed).is_file()]
     finetuned = {

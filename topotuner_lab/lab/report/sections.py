@@ -87,9 +87,18 @@ def model_family_section(kinds: dict[tuple[str, str], pd.Series]) -> str:
 def noise_floor_section(
     pre: Snapshot, post: Snapshot | None, table: pd.DataFrame, noise: list[pd.DataFrame], metric: str
 ) -> str:
-    """Real drift beside the noise floor (the 4-bit grid effect); empty without the fine-tuned snapshot or noise."""
-    if post is None or not noise:
+    """Real drift beside the noise floor (the 4-bit grid effect); empty without noise tables (none were asked for).
+
+    Without the fine-tuned snapshot (a folder restored without weights) it says so instead of leaving the section out.
+    """
+    if not noise:
         return ""
+    if post is None:
+        return (
+            "\nNoise floor: not shown: the prior fine-tune's weights are not in this folder (weights are not kept in "
+            "git); run the same `topotuner-lab reproduce` into it first, which trains the prior again and verifies "
+            "its drift table against them.\n"
+        )
     cols = [c for c in ("h0_w1", "h1_w1", "rel_frobenius", "row_cosine_change") if c in table and c in noise[0]]
     floor = pd.concat(noise)[cols].median()
     ratio = (table[cols].median() / floor).to_frame("median fine-tune drift / median noise drift")
