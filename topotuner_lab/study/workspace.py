@@ -254,10 +254,12 @@ def finetune_once(loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str],
         return _same_config(done, cfg) and _same_card(loaded, done, cfg)
 
     def run() -> RunResults:
+        # a stale run's checkpoints belong to another config or card; a run stale only for its missing weights keeps
+        # them (they are an interrupted retrain's)
         if (out / "results.json").exists() and not _recorded(out / "results.json", same_training):
-            for checkpoint in out.glob("checkpoint-*"):  # a stale run's: they belong to another config or card
+            for checkpoint in out.glob("checkpoint-*"):
                 shutil.rmtree(checkpoint)
-        log(f"run: {out}")  # a run stale only for its missing weights keeps its checkpoints: an interrupted retrain
+        log(f"run: {out}")
         return run_finetune(loaded, cfg)
 
     return reuse_or_compute(
