@@ -320,6 +320,32 @@ def test_lr_section_averages_the_sweep_seeds_criterion_and_reads_the_chosen_runs
     assert _row_of(logloss, "agnews", "sst2", "full")[3:] == ["0.45", "0.8", "0.0001"]
 
 
+def test_lr_section_orders_the_rates_of_interleaved_grids():
+    """Full FT's extension (3.16e-4) ran before the card's grid (3e-4, 1e-3): the columns still ascend."""
+    rows = [
+        {
+            "prior": "agnews",
+            "target": "sst2",
+            "run": run,
+            "schedule": "linear",
+            "seed": 100,
+            "lr": lr,
+            "role": "sweep",
+            "selected": False,
+            "val_acc": 0.8,
+            "val_logloss": 0.5,
+        }
+        for run, lr in [
+            ("full", 1e-4),
+            ("full", 3.16e-4),
+            ("profile:high-drift@0.01", 3e-4),
+            ("profile:high-drift@0.01", 1e-3),
+        ]
+    ]
+    header = _header_of(sections.lr_section(pd.DataFrame(rows), "accuracy"))
+    assert header[3:-1] == ["val acc @ 0.0001", "val acc @ 0.0003", "val acc @ 0.000316", "val acc @ 0.001"]
+
+
 def test_lr_section_warns_about_rates_chosen_at_the_grids_edge():
     text = sections.lr_section(_results())
     warning = re.search(r"\*\*Chosen at the edge of its grid\*\*: (.*?)\. The best rate", text)

@@ -292,6 +292,7 @@ def lr_section(results: pd.DataFrame, criterion: str = "logloss") -> str:
     )
     keys = ["prior", "target", "run"]
     sweep = swept.pivot_table(index=keys, columns="lr", values=field, aggfunc="mean", sort=False)
+    sweep = sweep[sorted(sweep.columns)]  # one rate axis for every method, whatever order the sweeps ran in
     sweep.columns = [f"{label} @ {lr:g}" for lr in sweep.columns]
     chosen = linear[linear["selected"].astype(bool)].groupby(keys, sort=False)["lr"].first().rename("chosen lr")
     table = sweep.join(chosen).reset_index()
