@@ -324,16 +324,21 @@ def test_the_random_control_is_stratified_and_drawn_per_seed(tmp_path):
     from topotuner_lab.study.presets import PRESETS
     from topotuner_lab.study.protocol import WorkDir, config_for, prepare
 
-    preset = replace(PRESETS["tiny"], other_models=(), seeds=(0, 1, 2), constant_lr=(), baselines=())
+    preset = replace(
+        PRESETS["tiny"], other_models=(), seeds=(0, 1, 2), sweep_seeds=(100,), constant_lr=(), baselines=()
+    )
     _, cards = prepare(preset, WorkDir(tmp_path), log=lambda _: None)
     topology = ProfileCard.load(tmp_path / "cards" / "sst2-high-drift-0.05.json")
-    controls = [ProfileCard.load(tmp_path / "cards" / f"sst2-random-seed{s}-0.05.json") for s in preset.seeds]
+    seeds = (100, *preset.seeds)  # the sweep seed's runs train with a control of their own
+    controls = [ProfileCard.load(tmp_path / "cards" / f"sst2-random-seed{s}-0.05.json") for s in seeds]
     assert all(kind_composition(c) == kind_composition(topology) for c in controls)  # same kinds and count
     assert len({tuple(c.trainable) for c in controls}) > 1  # a fresh draw per seed
     assert not (tmp_path / "cards" / "sst2-random-0.05.json").exists()  # no unused unstratified card
     runs = [s for s in plan(preset) if s.key.strategy == "random"]
     used = {s.seed: config_for(preset, s, cards, 1e-3, tmp_path / "r").profile for s in runs}
-    assert used == {s: str(tmp_path / "cards" / f"sst2-random-seed{s}-0.05.json") for s in preset.seeds}
+    assert used == {s: str(tmp_path / "cards" / f"sst2-random-seed{s}-0.05.json") for s in seeds}
+    for spec in plan(preset):  # every planned run, sweeps included, finds its card (KeyError where not)
+        config_for(preset, spec, cards, 1e-3, tmp_path / "r")
 
 
 @pytest.mark.slow

@@ -238,7 +238,8 @@ def card_for(
 def _stratified_controls(
     preset: Preset, cards: Cards, table: pd.DataFrame, identity: ModelIdentity, prior: str, work: WorkDir
 ) -> Cards:
-    """A random control per training seed with the first topology card's kinds and count (stratified), per budget.
+    """A random control per training seed (sweep seeds too) with the first topology card's kinds and count
+    (stratified), per budget.
 
     The control differs from the topology card only in which matrices of each kind it picks, and a fresh draw per
     seed makes the control's own randomness part of the seed-to-seed spread. Without a topology card the plain
@@ -250,7 +251,7 @@ def _stratified_controls(
     controls: Cards = {}
     for budget in preset.budgets:
         composition = kind_composition(ProfileCard.load(cards[CardKey(prior, topology, budget)]))
-        for seed in preset.seeds:
+        for seed in (*preset.sweep_seeds, *preset.seeds):  # a sweep seed's run draws its own control too
             path = work.card(f"{task_tag(prior)}-random-seed{seed}-{budget:g}")
             build_profile(
                 table,
