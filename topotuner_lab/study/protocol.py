@@ -238,8 +238,7 @@ def card_for(
 def _stratified_controls(
     preset: Preset, cards: Cards, table: pd.DataFrame, identity: ModelIdentity, prior: str, work: WorkDir
 ) -> Cards:
-    """A random control per training seed (sweep seeds too) with the first topology card's kinds and count
-    (stratified), per budget.
+    """A random control per training seed, sweep seeds too, with the first topology card's kinds and count.
 
     The control differs from the topology card only in which matrices of each kind it picks, and a fresh draw per
     seed makes the control's own randomness part of the seed-to-seed spread. Without a topology card the plain
