@@ -13,6 +13,7 @@ from topotuner_lab.study.claims import (
     competitive_margin,
     runs_at_chosen_rate,
     summary_verdict,
+    topology_card,
 )
 from topotuner_lab.study.stats import (
     HELD,
@@ -77,6 +78,7 @@ def _results(card_correct, full_correct, lora_correct, control_correct, val=(0.8
             ("profile:high-drift@0.01", card_correct, val[0]),
             ("profile:low-drift@0.01", 1 - np.asarray(card_correct), val[1]),
             ("profile:random@0.01", control_correct, 0.5),
+            ("profile:magnitude@0.01", 1 - np.asarray(control_correct), 0.4),
             ("lora@0.01", lora_correct, 0.6),
         ):
             run_dir = f"{run}/seed{seed}"
@@ -105,17 +107,28 @@ def _results(card_correct, full_correct, lora_correct, control_correct, val=(0.8
     return pd.DataFrame(rows), lambda run_dir, key: correct[(run_dir, key)]
 
 
-def test_claims_compare_the_validation_chosen_card_and_judge_each_claim():
+def test_claims_compare_the_pre_specified_card_and_judge_each_claim():
     rng = np.random.default_rng(1)
     full = (rng.random(600) < 0.8).astype(int)
     card = full.copy()
     card[:90] = 0  # 15 points worse than full FT everywhere it was right there
     lora = (rng.random(600) < 0.3).astype(int)
-    results, correct = _results(card, full, lora, control_correct=(rng.random(600) < 0.5).astype(int))
+    # the low-drift card and the magnitude control score better on validation: no claim may pick them for it
+    control = (rng.random(600) < 0.5).astype(int)
+    results, correct = _results(card, full, lora, control_correct=control, val=(0.7, 0.8))
+    results.loc[results["run"] == "profile:magnitude@0.01", "val_acc"] = 0.95
     assert "sweep" not in set(runs_at_chosen_rate(results)["run_dir"])  # sweep runs never enter a claim
-    claims = {c.claim: c for c in claim_results(results, correct)}
+    every = claim_results(results, correct)
+    claims = {c.claim: c for c in every}
     competitive = claims["competitive with full fine-tuning"]
-    assert competitive.measure.startswith("profile:high-drift@0.01")  # the better card on validation, not on test
+    assert competitive.measure == "profile:high-drift@0.01 - full (test accuracy)"  # named before the runs
+    assert claims["beats LoRA at a matched budget"].measure.startswith("profile:high-drift@0.01 - lora@0.01")
+    assert claims["less forgetting than full FT"].measure.startswith("profile:high-drift@0.01 - full")
+    controls = [c.measure for c in every if c.claim == "topology beats the controls (not a paper claim)"]
+    assert controls == [
+        "profile:high-drift@0.01 - profile:magnitude@0.01 (test accuracy)",
+        "profile:high-drift@0.01 - profile:random@0.01 (test accuracy)",
+    ]  # one claim per control, not the better control
     assert competitive.verdict == NOT_HELD and competitive.high < competitive.threshold == -FALLBACK_MARGIN
     assert claims["beats LoRA at a matched budget"].verdict == HELD
     assert claims["faster per epoch than full FT"].verdict == HELD  # 6 s vs 10 s per epoch
@@ -125,6 +138,26 @@ def test_claims_compare_the_validation_chosen_card_and_judge_each_claim():
     thesis = claims["high drift beats low drift (the thesis)"]
     assert thesis.measure == "profile:high-drift@0.01 - profile:low-drift@0.01 (test accuracy)"
     assert thesis.verdict == HELD and thesis.estimate > 0
+
+
+def test_the_topology_card_is_named_by_strategy_and_recipe_never_by_a_score():
+    def cards(*specs):
+        return pd.DataFrame(
+            [{"method": "profile", "run": run, "strategy": s, "budget": b, "recipe": r, "val_acc": v}
+             for run, s, b, r, v in specs]
+        )  # fmt: skip
+
+    both = cards(
+        ("profile:low-drift@0.01", "low-drift", 0.01, None, 0.9),
+        ("profile:high-drift[reference]@0.01", "high-drift", 0.01, "reference", 0.95),
+        ("profile:high-drift@0.01", "high-drift", 0.01, "default", 0.1),
+        ("profile:high-drift@0.02", "high-drift", 0.02, "default", 0.5),
+    )
+    assert topology_card(both, 0.01) == "profile:high-drift@0.01"  # not the better low-drift or reference card
+    assert topology_card(both, 0.02) == "profile:high-drift@0.02"
+    assert topology_card(both.iloc[:2], 0.01) == "profile:low-drift@0.01"  # no default high-drift card: low drift
+    assert topology_card(both.iloc[1:2], 0.01) is None  # only another recipe's card
+    assert topology_card(both, 0.05) is None
 
 
 def test_the_margin_is_a_share_of_the_zero_shot_to_full_ft_gain():
@@ -210,7 +243,12 @@ def test_forgetting_by_text_nll_and_accuracy_at_the_stop_epoch_are_paired_claims
     stops = {c.measure.split(":")[1]: c for c in claims if c.claim == "early stopping keeps the accuracy"}
     lost = -full[:100].sum() / 400  # the correct answers among the first 100 are lost at the stop epoch
     assert stops["high-drift@0.01"].verdict == NOT_HELD and stops["high-drift@0.01"].estimate == pytest.approx(lost)
-    assert stops["random@0.01"].estimate == 0  # never stopped: the full budget on both sides
+    assert set(stops) == {"high-drift@0.01"}  # the pre-specified card's rule, not every arm's
+    # a run whose rule never fired keeps its full budget on both sides: seed 1 not stopping halves the loss
+    once = results.copy()
+    once.loc[(once["run"] == "profile:high-drift@0.01") & (once["seed"] == 1), "stop_epoch"] = None
+    (half,) = [c for c in claim_results(once, more) if c.claim == "early stopping keeps the accuracy"]
+    assert half.estimate == pytest.approx(lost / 2)
     # a rule that fires only at the last epoch leaves the final scores: whatever an older version logged for it
     last = results.assign(stop_epoch=results["stop_epoch"].where(results["stop_epoch"].isna(), 4))
     at_last = {c.measure.split(":")[1]: c for c in claim_results(last, more) if c.claim.startswith("early stopping k")}

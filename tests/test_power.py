@@ -75,6 +75,21 @@ def test_holm_keeps_the_primary_claim_and_corrects_the_secondary_ones():
     assert judged[0].verdict == "held"  # the primary claim is judged on its own interval
     # secondary p-values 0.001, 0.03, 0.04 against 0.05/3, 0.05/2, 0.05/1: only the first is rejected
     assert [c.verdict for c in judged[1:]] == ["held", "inconclusive (Holm)", "inconclusive (Holm)", "held"]
+    # a claim the setup cannot test is no member of the family (counted, 0.03 would have to clear 0.05/2)
+    untestable = claim("e", 0.2, "not testable here")
+    two = with_holm([claim("a", 0.001), claim("b", 0.03), untestable], "primary one")
+    assert [c.verdict for c in two] == ["held", "held", "not testable here"]  # 0.03 < 0.05/1 after 0.001 < 0.05/2
+
+
+def test_a_difference_inside_the_band_reads_equivalent():
+    from topotuner_lab.study.claims import _result
+
+    rng = np.random.default_rng(4)
+    a, b = _synthetic(5, 800, seed_sd=0.005, example_sd=0.2, rng=rng)
+    same = a - (a - b).mean()  # no difference, measured tightly
+    assert _result("c", "s", "a - b", two_way_bootstrap(same, b), 0.0, band=0.05).verdict == "equivalent"
+    assert _result("c", "s", "a - b", two_way_bootstrap(same, b), 0.0).verdict == "inconclusive"  # no band stated
+    assert _result("c", "s", "a - b", two_way_bootstrap(same, b), 0.0, band=0.001).verdict == "inconclusive"
 
 
 def test_paired_claims_carry_a_two_sided_p_value():

@@ -152,6 +152,16 @@ def test_setup_reports_the_presets_sizes_grids_and_arms():
     assert "Partial run" not in text
 
 
+def test_setup_says_where_the_validation_rows_came_from():
+    def targets(sources):
+        return _lines(sections.setup_section(PRESET, 9, 9, _results(), 40, sources))[2]
+
+    split = "the task's validation split (whole-sentences)"
+    assert targets({"agnews": split}).startswith(f"Targets: 24 training, 8 validation ({split}), 40 test")
+    both = targets({"agnews": split, "gsm8k": "carved from the training draw"})
+    assert f"8 validation (agnews: {split}; gsm8k: carved from the training draw)" in both
+
+
 def test_setup_of_a_partial_run_says_how_much_is_done():
     text = sections.setup_section(PRESET, 9, 26, _results())
     assert _lines(text)[-1].startswith("**Partial run**: 9 of the 26 planned fine-tunes are done")

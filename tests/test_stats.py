@@ -91,13 +91,14 @@ def test_holm_step_down(p_values, rejected):
 @pytest.mark.parametrize(
     "interval, expected",
     [
-        pytest.param(Interval(0.0, -0.01, 0.02), EQUIVALENT, id="inside-the-band"),
+        pytest.param(Interval(0.0, -0.01, 0.02), EQUIVALENT, id="covers-the-threshold-inside-the-band"),
+        pytest.param(Interval(0.01, 0.005, 0.02), HELD, id="clears-the-threshold-inside-the-band"),
         pytest.param(Interval(0.05, 0.02, 0.08), HELD, id="beyond-the-band-and-the-threshold"),
         pytest.param(Interval(-0.05, -0.08, -0.04), NOT_HELD, id="wholly-below"),
         pytest.param(Interval(0.0, -0.04, 0.04), INCONCLUSIVE, id="wider-than-the-band"),
     ],
 )
 def test_equivalence_is_an_interval_inside_the_stated_band(interval, expected):
-    assert verdict(interval, -0.03, band=(-0.03, 0.03)) == expected
+    assert verdict(interval, 0.0, band=(-0.03, 0.03)) == expected
     if expected != EQUIVALENT:
-        assert verdict(interval, -0.03) == expected  # without a band the verdict is the threshold's
+        assert verdict(interval, 0.0) == expected  # without a band the verdict is the threshold's

@@ -4,8 +4,8 @@ One :class:`ClaimResult` per claim and setting, with its estimate, bootstrap int
 :mod:`report` renders them.
 
 Only runs at each method's selected learning rate (chosen on validation data) with the linear schedule are
-compared. Where several cards compete (the best of high/low drift, the best control), the one with the best
-mean *validation* accuracy is taken, so the test set never picks a winner.
+compared. "The card" of a claim is fixed before any run (:func:`topology_card`: the high-drift card of the default
+recipe at each budget), never the better of several on any data; each control gets its own claim.
 """
 
 from __future__ import annotations
@@ -119,20 +119,45 @@ def competitive_margin(group: pd.DataFrame, share: float = DEFAULT_MARGIN_SHARE)
     )
 
 
-def _best_by_validation(group: pd.DataFrame, strategies: tuple[str, ...], budget: float | None = None) -> str | None:
-    """The run name among ``strategies`` (at ``budget``) with the best mean validation accuracy over seeds."""
-    runs = group[group["strategy"].isin(strategies)]
-    if budget is not None:
-        runs = runs[runs["budget"] == budget]
-    if runs.empty:
-        return None
-    return str(runs.groupby("run")["val_acc"].mean().idxmax())
+def _default_cards(group: pd.DataFrame, budget: float) -> pd.DataFrame:
+    """The card runs of the default drift recipe at ``budget``."""
+    cards = group[(group["method"] == "profile") & (group["budget"] == budget)]
+    return cards[cards["recipe"].fillna(DEFAULT_RECIPE) == DEFAULT_RECIPE]
+
+
+def topology_card(group: pd.DataFrame, budget: float) -> str | None:
+    """The card that claims about "the card" judge at ``budget``, named before any run.
+
+    It is the high-drift card of the default recipe (the low-drift card where a comparison ran no high-drift one).
+
+    Picking the better of two cards on validation data would make the treatment a best-of-two against baselines that
+    get one shot (issue 19), so no score enters the choice.
+    """
+    cards = _default_cards(group, budget)
+    for strategy in TOPOLOGY:
+        named = cards.loc[cards["strategy"] == strategy, "run"]
+        if len(named):
+            return str(named.iloc[0])
+    return None
 
 
 def _result(
-    claim: str, setting: str, measure: str, interval: Interval, threshold: float, higher_is_better: bool = True
+    claim: str,
+    setting: str,
+    measure: str,
+    interval: Interval,
+    threshold: float,
+    higher_is_better: bool = True,
+    band: float | None = None,
 ) -> ClaimResult:
-    judged = verdict(interval, threshold, higher_is_better=higher_is_better)
+    """One judged claim, with the seeds or examples that would decide it where its interval does not.
+
+    ``band`` is a difference claim's equivalence band (+-): a covered threshold reads *equivalent* when the whole
+    interval lies inside it.
+    """
+    judged = verdict(
+        interval, threshold, higher_is_better=higher_is_better, band=None if band is None else (-band, band)
+    )
     to_decide = (
         size_to_decide(interval.design, interval.estimate, threshold)
         if judged == INCONCLUSIVE and interval.design is not None
@@ -149,9 +174,11 @@ def with_holm(claims: list[ClaimResult], primary: str) -> list[ClaimResult]:
 
     A secondary claim that held (or did not hold) by its own interval but whose p-value Holm's step-down procedure
     does not reject over all the secondary paired claims is *inconclusive (Holm)*; claims without a p-value (ratios,
-    shares, stability) keep their verdict.
+    shares, stability) keep their verdict, and a claim the setup cannot test is not counted in the family.
     """
-    tested = [i for i, c in enumerate(claims) if c.claim != primary and c.p_value is not None]
+    tested = [
+        i for i, c in enumerate(claims) if c.claim != primary and c.p_value is not None and c.verdict != UNTESTABLE
+    ]
     rejected = dict(zip(tested, holm([cast(float, claims[i].p_value) for i in tested])))
     out = []
     for index, c in enumerate(claims):
@@ -198,55 +225,62 @@ def claim_results(
     margins = {t: competitive_margin(g, margin_share).value for t, g in runs.groupby("target", sort=False)}
     for (prior, target), group in runs.groupby(["prior", "target"], sort=False):
         setting = f"{prior} -> {target}"
-        best = _best_by_validation(group, TOPOLOGY)
         has_full = (group["run"] == "full").any()
-        if best and has_full:
-            claims.append(
-                _result(
-                    "competitive with full fine-tuning",
-                    setting,
-                    f"{best} - full ({_scored(target)})",
-                    paired(group, best, "full"),
-                    -margins[target],
+        budgets = sorted(group.loc[group["method"] == "profile", "budget"].dropna().unique())
+        cards = {b: c for b in budgets if (c := topology_card(group, b))}
+        for card in cards.values():
+            if has_full:
+                claims.append(
+                    _result(
+                        "competitive with full fine-tuning",
+                        setting,
+                        f"{card} - full ({_scored(target)})",
+                        paired(group, card, "full"),
+                        -margins[target],
+                    )
                 )
-            )
-            claims.append(
-                _result(
-                    "less forgetting than full FT",
-                    setting,
-                    f"{best} - full (out-of-domain accuracy after)",
-                    paired(group, best, "full", "ood_correct_after"),
-                    0.0,
+                claims.append(
+                    _result(
+                        "less forgetting than full FT",
+                        setting,
+                        f"{card} - full (out-of-domain accuracy after)",
+                        paired(group, card, "full", "ood_correct_after"),
+                        0.0,
+                        band=margins[target],
+                    )
                 )
-            )
         loras = group[group["method"] == "lora"].drop_duplicates("run").sort_values("run")
         for lora, budget in zip(loras["run"], loras["budget"]):
-            card = _best_by_validation(group, TOPOLOGY, budget)
-            if card:
+            if budget in cards:
                 claims.append(
                     _result(
                         "beats LoRA at a matched budget",
                         setting,
-                        f"{card} - {lora} ({_scored(target)})",
-                        paired(group, card, lora),
+                        f"{cards[budget]} - {lora} ({_scored(target)})",
+                        paired(group, cards[budget], lora),
                         0.0,
+                        band=margins[target],
                     )
                 )
-        claims += _selector_claims(group, setting, paired) + _thesis_claims(group, setting, paired)
-        if best and has_full:
-            claims += _forgetting_nll_claim(group, setting, best, correct)
-        claims += _stop_accuracy_claims(group, setting, correct, margins[target])
-        control = _best_by_validation(group, CONTROLS)
-        if best and control:
-            claims.append(
-                _result(
-                    "topology beats the controls (not a paper claim)",
-                    setting,
-                    f"{best} - {control} ({_scored(target)})",
-                    paired(group, best, control),
-                    0.0,
+        band = margins[target]
+        claims += _selector_claims(group, setting, paired, band) + _thesis_claims(group, setting, paired, band)
+        if has_full:
+            for card in cards.values():
+                claims += _forgetting_nll_claim(group, setting, card, correct)
+        claims += _stop_accuracy_claims(group, setting, correct, margins[target], list(cards.values()))
+        for budget, card in cards.items():
+            controls = _default_cards(group, budget)
+            for control in sorted(set(controls.loc[controls["strategy"].isin(CONTROLS), "run"])):
+                claims.append(
+                    _result(
+                        "topology beats the controls (not a paper claim)",
+                        setting,
+                        f"{card} - {control} ({_scored(target)})",
+                        paired(group, card, control),
+                        0.0,
+                        band=band,
+                    )
                 )
-            )
     claims += _speed_claims(runs) + _stopping_claims(results)
     return claims
 
@@ -291,9 +325,9 @@ def _forgetting_nll_claim(
 
 
 def _stop_accuracy_claims(
-    group: pd.DataFrame, setting: str, correct: Callable[[str, str], list[int]], margin: float
+    group: pd.DataFrame, setting: str, correct: Callable[[str, str], list[int]], margin: float, cards: list[str]
 ) -> list[ClaimResult]:
-    """Accuracy at the stop epoch against the same runs' full budget, per card arm (non-inferiority, paired).
+    """Accuracy at the stop epoch against the same runs' full budget, per topology card (non-inferiority, paired).
 
     A run whose rule never fired before its last epoch counts at its full budget (a difference of 0): its scores at
     the stop epoch are its final scores (which also keeps graded scores that earlier versions logged per epoch
@@ -302,7 +336,7 @@ def _stop_accuracy_claims(
     out = []
     cut = group["stop_epoch"].notna() & (group["stop_epoch"] < group["epochs_run"])
     stopped_early = set(group.loc[cut, "run_dir"])
-    for name in sorted(set(group.loc[group["method"] == "profile", "run"])):
+    for name in cards:
 
         def at_stop(run_dir: str) -> list[int]:
             stopped = correct(run_dir, "stop_epoch_test_correct") if run_dir in stopped_early else None
@@ -327,7 +361,7 @@ def _stop_accuracy_claims(
 
 
 def _thesis_claims(
-    group: pd.DataFrame, setting: str, paired: Callable[[pd.DataFrame, str, str], Interval]
+    group: pd.DataFrame, setting: str, paired: Callable[[pd.DataFrame, str, str], Interval], band: float
 ) -> list[ClaimResult]:
     """The direct test of the thesis: the high-drift card against the low-drift card at the same budget and recipe."""
     cards = group[group["method"] == "profile"].drop_duplicates("run")
@@ -343,13 +377,14 @@ def _thesis_claims(
                     f"{a} - {b} ({_scored(group)})",
                     paired(group, a, b),
                     0.0,
+                    band=band,
                 )
             )
     return out
 
 
 def _selector_claims(
-    group: pd.DataFrame, setting: str, paired: Callable[[pd.DataFrame, str, str], Interval]
+    group: pd.DataFrame, setting: str, paired: Callable[[pd.DataFrame, str, str], Interval], band: float
 ) -> list[ClaimResult]:
     """The pre-specified topology card (high drift, default recipe) against every other selector at its budget.
 
@@ -375,6 +410,7 @@ def _selector_claims(
                     f"{name} - {other} ({_scored(group)})",
                     paired(group, name, other),
                     0.0,
+                    band=band,
                 )
             )
     return out
@@ -419,7 +455,8 @@ def _stopping_claims(results: pd.DataFrame) -> list[ClaimResult]:
         result = _result(
             claim,
             f"{schedule} schedule, {len(group)} runs",
-            f"share of runs stopped by epoch {by} of {budget} (exact binomial interval)",
+            f"share of runs stopped by epoch {by} of {budget} (the card runs of every strategy; exact binomial "
+            "interval)",
             share_interval(early, len(group)),
             EARLY_STOP_SHARE,
         )

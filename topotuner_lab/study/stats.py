@@ -186,15 +186,17 @@ def verdict(
 ) -> str:
     """The verdict of an interval against ``threshold`` (and an equivalence ``band``, when one is stated).
 
-    ``equivalent`` if the whole interval lies inside ``band``; else ``held`` if it lies beyond ``threshold`` on the
-    good side, ``did not hold`` if wholly on the bad side, and ``inconclusive`` when it covers the threshold.
+    ``held`` if the interval lies beyond ``threshold`` on the good side, ``did not hold`` if wholly on the bad side;
+    an interval that covers the threshold is ``equivalent`` when it lies inside ``band`` (the difference, whichever
+    way, is too small to matter) and ``inconclusive`` otherwise. The threshold decides first: a small difference
+    the interval resolves is still a difference.
     """
-    if band is not None and band[0] <= interval.low and interval.high <= band[1]:
-        return EQUIVALENT
     low, high = (interval.low, interval.high) if higher_is_better else (-interval.high, -interval.low)
     bound = threshold if higher_is_better else -threshold
     if low > bound:
         return HELD
     if high < bound:
         return NOT_HELD
+    if band is not None and band[0] <= interval.low and interval.high <= band[1]:
+        return EQUIVALENT
     return INCONCLUSIVE

@@ -23,7 +23,7 @@ def render(
     results, preset = study.results, study.preset
     parts = [
         sections.header(command, day, study.machine),
-        sections.setup_section(preset, len(results), study.planned_runs, results, study.test_rows),
+        sections.setup_section(preset, len(results), study.planned_runs, results, study.test_rows, study.val_sources),
         sections.claims_section(study.claims),
         sections.transfer_section(study.transfer_checks),
         sections.transfer_matrix_section(study.matrix, matrix_figure, study.transfer_checks),

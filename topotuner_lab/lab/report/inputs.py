@@ -7,6 +7,7 @@ computes: a table the comparison did not write is left out.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,8 @@ class StudyInputs:
     matrix: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: (model, prior task) -> prior seed -> the first strategy's card that seed's drift gives (two seeds or more)
     prior_seed_cards: dict[tuple[str, str], dict[int, ProfileCard]] = field(default_factory=dict)
+    #: target task -> where its validation rows came from, as its first run recorded it (runs of earlier versions: none)
+    val_sources: dict[str, str] = field(default_factory=dict)
 
 
 def _preset(recorded: dict[str, Any]) -> tuple[Preset, int | None, str | None]:
@@ -155,7 +158,19 @@ def load_study(out_dir: str | Path) -> StudyInputs:
             for prior in preset.prior_tasks
             if len(cards := seed_cards(model, preset, prior)) > 1
         },
+        _val_sources(results, correct),
     )
+
+
+def _val_sources(results: pd.DataFrame, correct: Callable[[str, str], Any]) -> dict[str, str]:
+    """Per target task, the ``val_source`` its first run recorded (none where runs predate the field)."""
+    sources = {}
+    for target, run_dir in results.groupby("target", sort=False)["run_dir"].first().items():
+        try:
+            sources[str(target)] = str(correct(str(run_dir), "val_source"))
+        except KeyError:
+            continue
+    return sources
 
 
 def stop_histories(results: pd.DataFrame, correct: Any) -> list[tuple[list[float], list[float]]]:

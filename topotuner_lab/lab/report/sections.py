@@ -129,10 +129,27 @@ def margin_lines(results: pd.DataFrame, share: float) -> list[str]:
     ]
 
 
-def setup_section(preset: Preset, runs: int, planned: int, results: pd.DataFrame, test_rows: int | None = None) -> str:
+def _validation_from(sources: dict[str, str]) -> str:
+    """Where the validation rows came from: one source for every target, else per target."""
+    if not sources:
+        return "carved from the training split"
+    if len(set(sources.values())) == 1:
+        return next(iter(sources.values()))
+    return "; ".join(f"{target}: {source}" for target, source in sources.items())
+
+
+def setup_section(
+    preset: Preset,
+    runs: int,
+    planned: int,
+    results: pd.DataFrame,
+    test_rows: int | None = None,
+    val_sources: dict[str, str] | None = None,
+) -> str:
     """What was run and what each run costs here, from the preset the comparison recorded.
 
-    ``test_rows`` is how many test examples the runs scored (a split can hold fewer than the preset asks for).
+    ``test_rows`` is how many test examples the runs scored (a split can hold fewer than the preset asks for);
+    ``val_sources`` where each target's validation rows came from, as its runs recorded it.
     """
     prior, target = preset.prior, preset.target
     grids = "; ".join(f"{fam} {', '.join(f'{lr:g}' for lr in lrs)}" for fam, lrs in preset.lr_grid.items())
@@ -157,7 +174,7 @@ def setup_section(preset: Preset, runs: int, planned: int, results: pd.DataFrame
         "which training rows are drawn; "
         "the test rows are the same for every seed and method, so comparisons are paired).",
         prior_line,
-        f"Targets: {target.n_train} training, {target.n_val} validation (carved from the training split), "
+        f"Targets: {target.n_train} training, {target.n_val} validation ({_validation_from(val_sources or {})}), "
         f"{test_rows if test_rows is not None else target.n_test} test examples"
         + (
             f" (all the split holds; the preset asked for {target.n_test})"
@@ -245,15 +262,20 @@ def claims_section(claims: list[ClaimResult]) -> str:
         "examples (the trained models are a sample too); timing and "
         "stop epochs are bootstrapped over runs. A claim *held* when the whole interval clears the threshold, *did "
         "not hold* when it lies wholly on "
-        "the other side, and is *inconclusive* when it covers the threshold; *not testable here* when the setup "
+        "the other side, and is *inconclusive* when it covers the threshold, unless it is a difference claim "
+        "(threshold 0: beats LoRA, high vs low drift, topology vs a control or a selector, out-of-domain accuracy) "
+        "whose whole interval lies within +- the target's margin: then the two are *equivalent*; *not testable "
+        "here* when the setup "
         "cannot decide it either way (a stop-epoch threshold below the earliest epoch the rule can fire, "
         f"{EARLIEST_STOP}, needs a longer budget). Competitive means at most the "
-        "target's margin below full FT (the threshold column; the setup says how each margin was derived)."
+        "target's margin below full FT (the threshold column; the setup says how each margin was derived). "
+        '"The card" is the one named before the runs: the high-drift card of the default recipe at each budget, '
+        "never the better of two."
         + (
             " The *primary* claim was named before the runs (the preset's `primary_claim`) and is judged on its own "
             "interval; every *secondary* paired claim is also judged after Holm's correction of its two-sided "
-            "bootstrap p-value over all of them, and one its own interval decides but Holm does not reject reads "
-            "*inconclusive (Holm)*."
+            "bootstrap p-value over all of them (claims the setup cannot test are not counted), and one its own "
+            "interval decides but Holm does not reject reads *inconclusive (Holm)*."
             if roles
             else ""
         )
