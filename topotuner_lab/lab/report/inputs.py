@@ -158,7 +158,7 @@ def load_study(out_dir: str | Path) -> StudyInputs:
             for prior in preset.prior_tasks
             if len(cards := seed_cards(model, preset, prior)) > 1
         },
-        _val_sources(results, correct),
+        _val_sources(results, correct) if len(results) else {},
     )
 
 
