@@ -225,6 +225,7 @@ def claim_results(
     margins = {t: competitive_margin(g, margin_share).value for t, g in runs.groupby("target", sort=False)}
     for (prior, target), group in runs.groupby(["prior", "target"], sort=False):
         setting = f"{prior} -> {target}"
+        margin = margins[target]  # the competitive claim's allowance, and the difference claims' equivalence band
         has_full = (group["run"] == "full").any()
         budgets = sorted(group.loc[group["method"] == "profile", "budget"].dropna().unique())
         cards = {b: c for b in budgets if (c := topology_card(group, b))}
@@ -236,7 +237,7 @@ def claim_results(
                         setting,
                         f"{card} - full ({_scored(target)})",
                         paired(group, card, "full"),
-                        -margins[target],
+                        -margin,
                     )
                 )
                 claims.append(
@@ -246,7 +247,7 @@ def claim_results(
                         f"{card} - full (out-of-domain accuracy after)",
                         paired(group, card, "full", "ood_correct_after"),
                         0.0,
-                        band=margins[target],
+                        band=margin,
                     )
                 )
         loras = group[group["method"] == "lora"].drop_duplicates("run").sort_values("run")
@@ -259,15 +260,14 @@ def claim_results(
                         f"{cards[budget]} - {lora} ({_scored(target)})",
                         paired(group, cards[budget], lora),
                         0.0,
-                        band=margins[target],
+                        band=margin,
                     )
                 )
-        band = margins[target]
-        claims += _selector_claims(group, setting, paired, band) + _thesis_claims(group, setting, paired, band)
+        claims += _selector_claims(group, setting, paired, margin) + _thesis_claims(group, setting, paired, margin)
         if has_full:
             for card in cards.values():
                 claims += _forgetting_nll_claim(group, setting, card, correct)
-        claims += _stop_accuracy_claims(group, setting, correct, margins[target], list(cards.values()))
+        claims += _stop_accuracy_claims(group, setting, correct, margin, list(cards.values()))
         for budget, card in cards.items():
             controls = _default_cards(group, budget)
             for control in sorted(set(controls.loc[controls["strategy"].isin(CONTROLS), "run"])):
@@ -278,7 +278,7 @@ def claim_results(
                         f"{card} - {control} ({_scored(target)})",
                         paired(group, card, control),
                         0.0,
-                        band=band,
+                        band=margin,
                     )
                 )
     claims += _speed_claims(runs) + _stopping_claims(results)
