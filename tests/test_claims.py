@@ -160,6 +160,19 @@ def test_the_topology_card_is_named_by_strategy_and_recipe_never_by_a_score():
     assert topology_card(both, 0.05) is None
 
 
+def test_selectors_are_compared_with_the_same_named_card_as_every_other_claim():
+    rng = np.random.default_rng(3)
+    full, lora, control = ((rng.random(300) < q).astype(int) for q in (0.8, 0.3, 0.5))
+    results, correct = _results(full.copy(), full, lora, control)
+    results = results[results["run_dir"] != "sweep"]
+    results["run"] = results["run"].replace("profile:high-drift@0.01", "profile:snr@0.01")  # no high-drift card ran
+    every = claim_results(results, correct)
+    named = {c.measure.split(" - ")[0] for c in every if c.claim == "competitive with full fine-tuning"}
+    assert named == {"profile:low-drift@0.01"}
+    selectors = [c.measure for c in every if c.claim.startswith("topology beats the field's selectors")]
+    assert selectors == ["profile:low-drift@0.01 - profile:snr@0.01 (test accuracy)"]
+
+
 def test_the_margin_is_a_share_of_the_zero_shot_to_full_ft_gain():
     rng = np.random.default_rng(1)
     full = (rng.random(600) < 0.8).astype(int)

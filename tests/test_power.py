@@ -81,6 +81,23 @@ def test_holm_keeps_the_primary_claim_and_corrects_the_secondary_ones():
     assert [c.verdict for c in two] == ["held", "held", "not testable here"]  # 0.03 < 0.05/1 after 0.001 < 0.05/2
 
 
+def test_a_claim_holm_leaves_inconclusive_is_sized_at_the_familys_strictest_level():
+    from topotuner_lab.study.claims import ClaimResult, with_holm
+
+    design = Design(seed_var=0.0004, example_var=0.25, seeds=5, examples=872)
+    sized = [
+        ClaimResult(name, "s", "m", 0.03, 0.005, 0.055, 0.0, "held", p_value=p, design=design)
+        for name, p in (("a", 0.001), ("b", 0.03), ("c", 0.04))
+    ]
+    judged = with_holm(sized, "primary one")
+    assert [c.verdict for c in judged] == ["held", "inconclusive (Holm)", "inconclusive (Holm)"]
+    assert judged[0].to_decide == ""
+    seeds = lambda text: int(text.split("~")[1].split()[0])  # noqa: E731
+    unadjusted = seeds(size_to_decide(design, 0.03, 0.0))
+    assert judged[1].to_decide.endswith("(Holm: at 0.05/3)") and seeds(judged[1].to_decide) > unadjusted
+    assert "design" not in judged[1].as_row()  # the variance components are not a table column
+
+
 def test_a_difference_inside_the_band_reads_equivalent():
     from topotuner_lab.study.claims import _result
 

@@ -107,6 +107,21 @@ def test_card_round_trip_and_views(setup, tmp_path):
     assert len(matched) == 2 and all("self_attn" in n for n in matched)
 
 
+def test_a_rebuilt_card_keeps_the_file_it_matches_and_replaces_one_it_does_not(setup, tmp_path):
+    _, table, identity = setup
+    card = build_profile(table, identity, prior_task="sst2", count=2, stop_threshold=0.4)
+    path = card.save_unless_same(tmp_path / "card.json")
+    first = path.read_bytes()
+    rebuilt = replace(card, created="2030-01-01T00:00:00+00:00")  # a resumed study builds it again, later
+    assert rebuilt.save_unless_same(path) == path and path.read_bytes() == first
+    changed = replace(rebuilt, stop_threshold=0.3)
+    changed.save_unless_same(path)
+    assert ProfileCard.load(path) == changed
+    path.write_text("{ not json")  # a broken file is written afresh, never trusted
+    card.save_unless_same(path)
+    assert ProfileCard.load(path) == card
+
+
 def test_card_validation_errors(setup, tmp_path):
     _, table, identity = setup
     data = build_profile(table, identity, prior_task="sst2", count=2).to_dict()

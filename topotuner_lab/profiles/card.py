@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -245,6 +245,21 @@ class ProfileCard(Config):
         atomic.write_json(path, self.to_dict())
         atomic.write_text(path.with_suffix(".md"), card_markdown(self))
         return path
+
+    def save_unless_same(self, path: str | os.PathLike[str]) -> Path:
+        """:meth:`save`, but keep a card already at ``path`` that differs from this one only in its ``created`` time.
+
+        A resumed study rebuilds its cards; an unchanged card keeps the file (and the time) it was first made with.
+        """
+        path = Path(path)
+        if path.is_file() and path.with_suffix(".md").is_file():
+            try:
+                same = replace(ProfileCard.load(path), created=self.created) == self
+            except TopoTunerError:  # unreadable or invalid: written afresh
+                same = False
+            if same:
+                return path
+        return self.save(path)
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "card") -> ProfileCard:

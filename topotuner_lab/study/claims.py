@@ -11,7 +11,7 @@ recipe at each budget), never the better of several on any data; each control ge
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import cast
 
@@ -20,11 +20,12 @@ import pandas as pd
 
 from topotuner_lab._io.errors import TaskError
 from topotuner_lab.study.plan import DEFAULT_RECIPE, with_key_columns
-from topotuner_lab.study.power import size_to_decide
+from topotuner_lab.study.power import Design, size_to_decide, two_sided_z
 from topotuner_lab.study.presets import DEFAULT_MARGIN_SHARE
 from topotuner_lab.study.stats import (
     HELD,
     INCONCLUSIVE,
+    LEVEL,
     NOT_HELD,
     UNTESTABLE,
     Interval,
@@ -68,10 +69,14 @@ class ClaimResult:
     #: preset's pre-registered claim) or ``secondary`` (Holm-corrected); empty before :func:`with_holm`
     p_value: float | None = None
     role: str = ""
+    #: the variance components behind a paired interval (for the size a corrected test needs); not a table column
+    design: Design | None = field(default=None, repr=False, compare=False)
 
     def as_row(self) -> dict[str, object]:
         """The result as a table row (field name to value)."""
-        return asdict(self)
+        row = asdict(self)
+        del row["design"]
+        return row
 
 
 def runs_at_chosen_rate(results: pd.DataFrame) -> pd.DataFrame:
@@ -165,7 +170,17 @@ def _result(
     )
     p = two_sided_p(interval.draws, threshold) if interval.draws is not None else None
     return ClaimResult(
-        claim, setting, measure, interval.estimate, interval.low, interval.high, threshold, judged, to_decide, p
+        claim,
+        setting,
+        measure,
+        interval.estimate,
+        interval.low,
+        interval.high,
+        threshold,
+        judged,
+        to_decide,
+        p,
+        design=interval.design,
     )
 
 
@@ -175,17 +190,26 @@ def with_holm(claims: list[ClaimResult], primary: str) -> list[ClaimResult]:
     A secondary claim that held (or did not hold) by its own interval but whose p-value Holm's step-down procedure
     does not reject over all the secondary paired claims is *inconclusive (Holm)*; claims without a p-value (ratios,
     shares, stability) keep their verdict, and a claim the setup cannot test is not counted in the family.
+
+    An inconclusive (Holm) claim's *to_decide* is sized at Bonferroni's level (alpha / family size, the strictest
+    bound Holm applies), which is enough for Holm's procedure to reject it wherever its rank falls.
     """
     tested = [
         i for i, c in enumerate(claims) if c.claim != primary and c.p_value is not None and c.verdict != UNTESTABLE
     ]
     rejected = dict(zip(tested, holm([cast(float, claims[i].p_value) for i in tested])))
+    strictest = two_sided_z((1 - LEVEL) / max(len(tested), 1))
     out = []
     for index, c in enumerate(claims):
         if c.claim == primary:
             out.append(replace(c, role="primary"))
         elif index in rejected and not rejected[index] and c.verdict in (HELD, NOT_HELD):
-            out.append(replace(c, role="secondary", verdict=f"{INCONCLUSIVE} (Holm)"))
+            size = (
+                f"{size_to_decide(c.design, c.estimate, c.threshold, z=strictest)} (Holm: at 0.05/{len(tested)})"
+                if c.design is not None
+                else ""
+            )
+            out.append(replace(c, role="secondary", verdict=f"{INCONCLUSIVE} (Holm)", to_decide=size))
         else:
             out.append(replace(c, role="secondary"))
     return out
@@ -263,7 +287,9 @@ def claim_results(
                         band=margin,
                     )
                 )
-        claims += _selector_claims(group, setting, paired, margin) + _thesis_claims(group, setting, paired, margin)
+        claims += _selector_claims(group, setting, paired, margin, cards) + _thesis_claims(
+            group, setting, paired, margin
+        )
         if has_full:
             for card in cards.values():
                 claims += _forgetting_nll_claim(group, setting, card, correct)
@@ -384,9 +410,13 @@ def _thesis_claims(
 
 
 def _selector_claims(
-    group: pd.DataFrame, setting: str, paired: Callable[[pd.DataFrame, str, str], Interval], band: float
+    group: pd.DataFrame,
+    setting: str,
+    paired: Callable[[pd.DataFrame, str, str], Interval],
+    band: float,
+    topology: dict[float, str],
 ) -> list[ClaimResult]:
-    """The pre-specified topology card (high drift, default recipe) against every other selector at its budget.
+    """Each budget's pre-specified topology card (``topology``, :func:`topology_card`) against every other selector.
 
     The other selectors are the field's (Spectrum SNR, WeightWatcher alpha, PEFT kappa, gradient magnitude), the joint
     drift x magnitude quadrants and the cards of other drift recipes; the controls have their own claim.
@@ -394,14 +424,11 @@ def _selector_claims(
     cards = group[group["method"] == "profile"].drop_duplicates("run")
     recipe = cards["recipe"].fillna(DEFAULT_RECIPE)
     out = []
-    for _, at_budget in cards.groupby("budget"):
-        topo = at_budget[(at_budget["strategy"] == TOPOLOGY[0]) & (recipe[at_budget.index] == DEFAULT_RECIPE)]
+    for budget, name in topology.items():
+        at_budget = cards[cards["budget"] == budget]
         others = at_budget[
             ~at_budget["strategy"].isin((*TOPOLOGY, *CONTROLS)) | (recipe[at_budget.index] != DEFAULT_RECIPE)
         ]
-        if topo.empty:
-            continue
-        name = str(topo["run"].iloc[0])
         for other in sorted(others["run"]):
             out.append(
                 _result(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -49,22 +50,28 @@ def variance_components(a: ArrayLike, b: ArrayLike) -> Design:
     return Design(seed_var, example_var, seeds, examples)
 
 
-def size_to_decide(design: Design, estimate: float, threshold: float) -> str:
+def two_sided_z(alpha: float) -> float:
+    """The normal quantile of a two-sided test at level ``alpha`` (1.96 at 0.05)."""
+    return NormalDist().inv_cdf(1 - alpha / 2)
+
+
+def size_to_decide(design: Design, estimate: float, threshold: float, z: float = Z95) -> str:
     """What it would take to decide: ``"~12 seeds"`` at the measured examples, else the examples needed, in words.
 
-    The target half-width is the distance from the estimate to the threshold (assumed to stay where it is); an
-    estimate on the threshold cannot be decided by size.
+    The target half-width (``z`` standard errors; 95% two-sided by default, stricter under a multiplicity
+    correction) is the distance from the estimate to the threshold (assumed to stay where it is); an estimate on the
+    threshold cannot be decided by size.
     """
     gap = abs(estimate - threshold)
     if gap < 1e-12:
         return "not by size: the estimate sits on the threshold"
-    room = (gap / Z95) ** 2 - design.example_var / design.examples
+    room = (gap / z) ** 2 - design.example_var / design.examples
     if design.seed_var > 0 and room > 0:
         return f"~{math.ceil(design.seed_var / room)} seeds x {design.examples} examples"
     if design.seed_var == 0 and room > 0:
         return f"{design.seeds} seed(s) already suffice for the example noise (seed noise unmeasured with one seed)"
-    examples = math.ceil(design.example_var / (gap / Z95) ** 2)
+    examples = math.ceil(design.example_var / (gap / z) ** 2)
     if examples > IMPRACTICAL * design.examples:
         return f"not practically by size: the estimate sits {gap:.2g} from the threshold (~{examples} examples)"
-    seeds = math.ceil(2 * design.seed_var / (gap / Z95) ** 2) if design.seed_var > 0 else design.seeds
+    seeds = math.ceil(2 * design.seed_var / (gap / z) ** 2) if design.seed_var > 0 else design.seeds
     return f"more examples than measured: ~{examples} examples (and ~{max(seeds, design.seeds)} seeds)"

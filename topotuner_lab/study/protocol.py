@@ -218,7 +218,7 @@ def _cards_for_prior(
                 noise=noise if recipe == DEFAULT_RECIPE else (),
                 fraction=budget,
                 per_kind_budget=per_kind,
-            ).save(path)
+            ).save_unless_same(path)
             cards[CardKey(prior, strategy, budget, recipe, target)] = path
     cards.update(_stratified_controls(preset, cards, tables[DEFAULT_RECIPE], identity, prior, work))
     return cards
@@ -262,7 +262,7 @@ def _stratified_controls(
                 stop_threshold=preset.stop_threshold,
                 drift_settings=preset.drift.key(),
                 normalization=preset.normalization,
-            ).save(path)
+            ).save_unless_same(path)
             controls[CardKey(prior, "random", budget, seed=seed)] = path
     return controls
 

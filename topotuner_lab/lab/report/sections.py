@@ -283,7 +283,8 @@ def claims_section(claims: list[ClaimResult]) -> str:
             " For an inconclusive paired claim, *to_decide* is the size its measured variances say would decide it: "
             "the seeds (at these test examples) for the 95% half-width to shrink below the distance from the "
             "estimate to the threshold, or the examples when seeds alone cannot (`study.power`; the estimate is "
-            "assumed to stay where it is)."
+            "assumed to stay where it is); for an *inconclusive (Holm)* claim, the size at Bonferroni's level "
+            "(0.05 over the family's size), which Holm's procedure rejects wherever the claim ranks."
             if sized
             else ""
         )
