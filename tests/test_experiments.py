@@ -362,3 +362,22 @@ def test_a_drift_only_study_reports_model_dependence_and_stability(tmp_path):
     assert "- Drift only: tiny-llama and tiny-qwen2" in report and "## Learning rates" not in report
     assert report.count("a card's picks hold across prior runs") >= 2  # one line per model
     assert "which kinds drift depends on the model family" in report and "(prior seeds: 3 and 3)" in report
+
+
+def test_the_preset_record_names_every_machine_a_comparisons_sittings_ran_on(tmp_path, monkeypatch):
+    from topotuner_lab.study import protocol
+    from topotuner_lab.study.workspace import WorkDir
+
+    work = WorkDir(tmp_path)
+    here = ["2 CPU cores, no GPU"]
+    monkeypatch.setattr(protocol, "machine", lambda: here[0])
+    assert protocol.machines_so_far(work) == "2 CPU cores, no GPU"  # the first sitting
+    work.preset.parent.mkdir(parents=True, exist_ok=True)
+    work.preset.write_text(json.dumps({"machine": "2 CPU cores, no GPU"}))
+    here[0] = "16 CPU cores, NVIDIA H200"
+    both = protocol.machines_so_far(work)
+    assert both == "2 CPU cores, no GPU; 16 CPU cores, NVIDIA H200"
+    work.preset.write_text(json.dumps({"machine": both}))
+    assert protocol.machines_so_far(work) == both  # a machine seen before is named once
+    work.preset.write_text("[1, 2")  # damaged: nothing earlier to name
+    assert protocol.machines_so_far(work) == "16 CPU cores, NVIDIA H200"

@@ -99,6 +99,8 @@ def test_header_names_the_command_day_and_machine():
     text = sections.header("make results", "2024-05-01", "AMD EPYC, 2 cores")
     assert text.startswith("# Results: the paper's comparison in miniature\n")
     assert "Produced by `make results` on 2024-05-01 (AMD EPYC, 2 cores)." in text
+    several = sections.header("make results", "2024-05-01", "2 CPU cores, no GPU; 16 CPU cores, NVIDIA H200")
+    assert "(sittings on: 2 CPU cores, no GPU; 16 CPU cores, NVIDIA H200)." in several
 
 
 # setup ---------------------------------------------------------------------------------------------------------

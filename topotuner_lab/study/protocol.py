@@ -343,6 +343,20 @@ def machine() -> str:
     return f"{os.cpu_count()} CPU cores, {device}"
 
 
+def machines_so_far(work: WorkDir) -> str:
+    """This machine after those the folder's earlier sittings ran on, in order, ``; ``-separated and each once.
+
+    A comparison may take several sittings, not all on the same machine; its report names every one.
+    """
+    try:
+        earlier = json.loads(work.preset.read_bytes().decode("utf-8")).get("machine")
+    except (OSError, ValueError, RecursionError, AttributeError):  # no or a damaged preset.json: none recorded
+        earlier = None
+    seen = earlier.split("; ") if isinstance(earlier, str) and earlier else []
+    here = machine()
+    return "; ".join(seen if here in seen else [*seen, here])
+
+
 #: what ``preset.json`` records beside the preset's fields
 RECORD_ONLY: tuple[str, ...] = ("planned_runs", "machine")
 
@@ -399,7 +413,9 @@ def prepare(preset: Preset, work: WorkDir, log: Log) -> tuple[LoadedModel, Cards
             embedded_gguf_path(name)
     loaded = load_model(preset.model)
     pre = snapshot_once(loaded, work.pretrained)
-    atomic.write_json(work.preset, {**preset.to_dict(), "planned_runs": len(plan(preset)), "machine": machine()})
+    atomic.write_json(
+        work.preset, {**preset.to_dict(), "planned_runs": len(plan(preset)), "machine": machines_so_far(work)}
+    )
     noise = noise_tables_once(pre, work, preset.noise_seeds, preset.drift)
     cards: Cards = {}
     first = preset.prior_seeds[0]

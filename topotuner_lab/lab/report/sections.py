@@ -412,9 +412,10 @@ def normalization_section(
 
 
 def header(command: str, day: str, machine: str) -> str:
-    """The title and where the numbers come from."""
+    """The title and where the numbers come from (``machine``: ``; ``-separated when sittings ran on several)."""
+    where = f"sittings on: {machine}" if "; " in machine else machine
     return (
-        f"# Results: the paper's comparison in miniature\n\nProduced by `{command}` on {day} ({machine}). Every "
+        f"# Results: the paper's comparison in miniature\n\nProduced by `{command}` on {day} ({where}). Every "
         "number below comes from that run's `results.csv` and run folders; nothing is typed in by hand.\n"
     )
 
