@@ -344,7 +344,7 @@ def machine() -> str:
 
 
 def machines_so_far(work: WorkDir) -> str:
-    """This machine after those the folder's earlier sittings ran on, in order, ``; ``-separated and each once.
+    """The machines of the folder's earlier sittings, then this one, in order, ``; ``-separated and each once.
 
     A comparison may take several sittings, not all on the same machine; its report names every one.
     """
