@@ -210,6 +210,18 @@ def test_a_stop_threshold_below_the_earliest_possible_stop_is_not_testable(epoch
     assert claims["early stopping often stops after 2-3 of 6 epochs"].verdict == expected
 
 
+def test_a_stopping_share_too_few_runs_could_never_decide_is_not_testable_and_sized():
+    full = np.ones(50, dtype=int)
+    results, correct = _results(full, full, full, full)
+    few = results[(results["seed"] == 0) & results["run"].isin(["full", "profile:high-drift@0.01"])]
+    few = few[few["selected"]]
+    five = pd.concat([few.assign(seed=s) for s in range(5)], ignore_index=True)  # five seeds, one card
+    share = {c.claim: c for c in claim_results(five, correct)}["early stopping often stops after 2-3 of 6 epochs"]
+    assert share.estimate == 1.0 and share.verdict == "not testable here" and share.to_decide == "6 runs or more"
+    eight = {c.claim: c for c in claim_results(results, correct)}["early stopping often stops after 2-3 of 6 epochs"]
+    assert eight.verdict == HELD  # 8 card runs all stopping by epoch 2 of 4
+
+
 def test_report_flags_a_rate_chosen_at_the_edge_of_its_grid():
     from topotuner_lab.lab.report.sections import lr_section
 

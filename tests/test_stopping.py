@@ -6,7 +6,13 @@ import math
 
 import pytest
 
-from topotuner_lab.study.stopping import early_by, share_interval, stop_epoch_at, threshold_sweep
+from topotuner_lab.study.stopping import (
+    early_by,
+    runs_to_decide_share,
+    share_interval,
+    stop_epoch_at,
+    threshold_sweep,
+)
 
 
 def test_stop_epoch_at_applies_the_callbacks_rule():
@@ -23,6 +29,13 @@ def test_share_interval_is_the_exact_binomial_one():
     none = share_interval(0, 10)
     assert none.low == 0.0 and none.high == pytest.approx(0.3085, abs=1e-4)
     assert math.isnan(share_interval(0, 0).estimate)
+
+
+def test_the_runs_a_share_needs_before_any_outcome_can_decide_it():
+    assert runs_to_decide_share(0.5) == 6  # 5 of 5 gives [0.478, 1]: "more than half" cannot clear 0.5
+    assert share_interval(6, 6).low > 0.5 and share_interval(5, 5).low < 0.5
+    # far from a half, one extreme decides early: 0 of 2 gives [0, 0.84], under 0.9; 2 of 2 gives [0.16, 1]
+    assert runs_to_decide_share(0.9) == runs_to_decide_share(0.1) == 2
 
 
 def test_threshold_sweep_from_stored_histories():

@@ -35,7 +35,7 @@ from topotuner_lab.study.stats import (
     two_way_bootstrap,
     verdict,
 )
-from topotuner_lab.study.stopping import early_by, share_interval
+from topotuner_lab.study.stopping import early_by, runs_to_decide_share, share_interval
 from topotuner_lab.tasks.specs import get_task
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
 
@@ -489,6 +489,8 @@ def _stopping_claims(results: pd.DataFrame) -> list[ClaimResult]:
         )
         if by < EARLIEST_STOP:  # too few epochs: even the earliest possible stop misses it
             result = replace(result, verdict=UNTESTABLE)
+        elif len(group) < (needed := runs_to_decide_share(EARLY_STOP_SHARE)):  # no outcome of so few runs decides
+            result = replace(result, verdict=UNTESTABLE, to_decide=f"{needed} runs or more")
         out.append(result)
     return out
 

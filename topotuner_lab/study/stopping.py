@@ -39,6 +39,18 @@ def share_interval(hits: int, runs: int, level: float = 0.95) -> Interval:
     return Interval(hits / runs, float(ci.low), float(ci.high), level)
 
 
+def runs_to_decide_share(threshold: float, level: float = 0.95, most: int = 1000) -> int:
+    """The fewest runs at which a share could be decided against ``threshold``: all (or none) of them clears it.
+
+    With fewer, even the most extreme outcome leaves the exact interval covering the threshold (5 of 5 runs give
+    [0.48, 1] at 95%, so "more than half" needs 6 runs).
+    """
+    for runs in range(1, most + 1):
+        if share_interval(runs, runs, level).low > threshold or share_interval(0, runs, level).high < threshold:
+            return runs
+    return most + 1
+
+
 def early_by(budget: int) -> int:
     """The epoch "early" means for a budget: half of it, rounded down ("2-3 of 6 epochs" -> by epoch 3)."""
     return budget // 2

@@ -267,7 +267,8 @@ def claims_section(claims: list[ClaimResult]) -> str:
         "whose whole interval lies within +- the target's margin: then the two are *equivalent*; *not testable "
         "here* when the setup "
         "cannot decide it either way (a stop-epoch threshold below the earliest epoch the rule can fire, "
-        f"{EARLIEST_STOP}, needs a longer budget). Competitive means at most the "
+        f"{EARLIEST_STOP}, needs a longer budget; a share of so few runs that not even all or none of them could "
+        "clear its threshold names the runs it needs in *to_decide*). Competitive means at most the "
         "target's margin below full FT (the threshold column; the setup says how each margin was derived). "
         '"The card" is the one named before the runs: the high-drift card of the default recipe at each budget, '
         "never the better of two."
