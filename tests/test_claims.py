@@ -222,6 +222,18 @@ def test_a_stopping_share_too_few_runs_could_never_decide_is_not_testable_and_si
     assert eight.verdict == HELD  # 8 card runs all stopping by epoch 2 of 4
 
 
+def test_timings_from_different_machines_are_not_judged():
+    full = np.ones(50, dtype=int)
+    results, correct = _results(full, full, full, full)
+    faster = "faster per epoch than full FT"
+    assert {c.claim: c for c in claim_results(results, correct)}[faster].verdict == HELD  # 6 s vs 10 s, one machine
+    results["machine"] = np.where(results["run"] == "full", "2 CPU cores, no GPU", "16 CPU cores, NVIDIA H200")
+    speed = {c.claim: c for c in claim_results(results, correct)}[faster]
+    assert speed.verdict == "not testable here" and speed.setting == "all settings, timed on 2 machines"
+    results["machine"] = [None] * (len(results) - 1) + ["2 CPU cores, no GPU"]  # earlier runs recorded none
+    assert {c.claim: c for c in claim_results(results, correct)}[faster].verdict == HELD
+
+
 def test_report_flags_a_rate_chosen_at_the_edge_of_its_grid():
     from topotuner_lab.lab.report.sections import lr_section
 

@@ -54,6 +54,7 @@ def test_full_finetune_writes_results_and_snapshot(tiny_llama, tmp_path):
         assert key in on_disk, key
     assert res["epochs_run"] == 2 and len(res["epoch_seconds"]) == 2
     assert res["trainable_fraction"] == 1.0
+    assert on_disk["machine"].endswith(", no GPU") and "CPU cores" in on_disk["machine"]  # where it was timed
     after = load_snapshot(res["snapshot"])
     assert after.base_model == "tiny-llama"
     assert after.weights_hash != extract_snapshot(tiny_llama).weights_hash

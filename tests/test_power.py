@@ -46,9 +46,14 @@ def test_size_to_decide():
     assert text == f"~{seeds} seeds x 1000 examples" and design.half_width(seeds) <= 0.02 + 1e-9
     assert size_to_decide(design, 0.0, 0.0).startswith("not by size")
     tight = size_to_decide(design, estimate=0.005, threshold=0.0)  # example noise alone exceeds the gap
-    assert tight.startswith("more examples than measured: ~15366 examples")
-    hopeless = size_to_decide(design, estimate=0.0005, threshold=0.0)  # ~1.5 million examples: not a plan
-    assert hopeless == "not practically by size: the estimate sits 0.0005 from the threshold (~1536584 examples)"
+    assert tight == "more examples than measured: ~30732 examples (and ~123 seeds)"
+    assert design.half_width(123, 30732) <= 0.005 + 1e-9  # the size it names does decide it
+    hopeless = size_to_decide(design, estimate=0.0005, threshold=0.0)  # ~3 million examples: not a plan
+    assert hopeless == "not practically by size: the estimate sits 0.0005 from the threshold (~3073168 examples)"
+    # the normal approximation calls the measured size enough where the bootstrap interval did not: never "suffices"
+    flat = Design(seed_var=0.0, example_var=0.1, seeds=5, examples=1000)
+    assert size_to_decide(flat, 0.03, 0.0).startswith("a little more than measured (~6 seeds or more)")
+    assert size_to_decide(Design(0.0, 0.1, 1, 1000), 0.03, 0.0).startswith("more seeds: one seed cannot measure")
 
 
 def test_an_inconclusive_claim_says_what_would_decide_it():
@@ -84,17 +89,19 @@ def test_holm_keeps_the_primary_claim_and_corrects_the_secondary_ones():
 def test_a_claim_holm_leaves_inconclusive_is_sized_at_the_familys_strictest_level():
     from topotuner_lab.study.claims import ClaimResult, with_holm
 
-    design = Design(seed_var=0.0004, example_var=0.25, seeds=5, examples=872)
-    sized = [
-        ClaimResult(name, "s", "m", 0.03, 0.005, 0.055, 0.0, "held", p_value=p, design=design)
-        for name, p in (("a", 0.001), ("b", 0.03), ("c", 0.04))
-    ]
-    judged = with_holm(sized, "primary one")
-    assert [c.verdict for c in judged] == ["held", "inconclusive (Holm)", "inconclusive (Holm)"]
+    design = Design(seed_var=0.002, example_var=0.1, seeds=5, examples=872)
+
+    def claim(name: str, p: float, verdict: str = "held") -> ClaimResult:
+        return ClaimResult(name, "s", "m", 0.03, 0.005, 0.055, 0.0, verdict, p_value=p, design=design)
+
+    judged = with_holm([claim("a", 0.001), claim("b", 0.03), claim("c", 0.2, "inconclusive")], "primary one")
+    assert [c.verdict for c in judged] == ["held", "inconclusive (Holm)", "inconclusive"]
     assert judged[0].to_decide == ""
-    seeds = lambda text: int(text.split("~")[1].split()[0])  # noqa: E731
-    unadjusted = seeds(size_to_decide(design, 0.03, 0.0))
-    assert judged[1].to_decide.endswith("(Holm: at 0.05/3)") and seeds(judged[1].to_decide) > unadjusted
+    seeds = lambda text: int(text.split("~")[1].split(" seeds")[0])  # noqa: E731
+    unadjusted = seeds(size_to_decide(design, 0.03, 0.0))  # what a lone 95% interval would need: 17 seeds
+    for sized in judged[1:]:  # Holm's and the plain inconclusive claim: both at 0.05/3
+        assert sized.to_decide.endswith("(Holm: at 0.05/3)") and seeds(sized.to_decide) > unadjusted
+        assert design.half_width(seeds(sized.to_decide)) <= 0.03 * 1.959964 / 2.394 + 1e-9
     assert "design" not in judged[1].as_row()  # the variance components are not a table column
 
 

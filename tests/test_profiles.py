@@ -208,6 +208,9 @@ def test_a_v2_card_loads_with_the_recipe_of_its_drift_settings_and_final_drift(s
     path.write_text(__import__("json").dumps(_v2(card)))
     old = ProfileCard.load(path)
     assert old == card and old.schema_version == SCHEMA_VERSION == 3
+    path.with_suffix(".md").write_text("the v2 view")
+    card.save_unless_same(path)  # the same card: its file is brought up to the current schema all the same
+    assert __import__("json").loads(path.read_text())["schema_version"] == 3
     unrecorded = ProfileCard.from_dict({**_v2(card), "drift_settings": {}})
     assert unrecorded.recipe is None and unrecorded.aggregation == "final"
     foreign = ProfileCard.from_dict({**_v2(card), "drift_settings": {"maxdim": 7}})

@@ -146,8 +146,8 @@ def test_setup_reports_the_presets_sizes_grids_and_arms():
     assert "observe mode" in stopping and "the card(s) high-drift also run at their chosen rate" in stopping
     # wall seconds: full 60, 180, 120, 180 (median 150 s = 2.5 min), the card 30 each (0.5 min); 690 s = 0.19 h
     assert cost == (
-        "Cost on the machine in the header, median minutes per fine-tune including evaluation: full 2.5, profile 0.5; "
-        "9 fine-tunes in all, 0.2 h."
+        "Cost on the machine(s) in the header (the medians pool every sitting's runs), median minutes per fine-tune "
+        "including evaluation: full 2.5, profile 0.5; 9 fine-tunes in all, 0.2 h."
     )
     assert margin.startswith("Margin (agnews): a card is competitive when it loses at most 0.03 acc to full FT")
     assert drift_only == "Drift only (own prior fine-tunes, no transfer grid): tiny-qwen2."

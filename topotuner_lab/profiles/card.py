@@ -249,12 +249,14 @@ class ProfileCard(Config):
     def save_unless_same(self, path: str | os.PathLike[str]) -> Path:
         """:meth:`save`, but keep a card already at ``path`` that differs from this one only in its ``created`` time.
 
-        A resumed study rebuilds its cards; an unchanged card keeps the file (and the time) it was first made with.
+        A resumed study rebuilds its cards; an unchanged card keeps the file (and the time) it was first made with. A
+        file of an older schema is written afresh in the current one.
         """
         path = Path(path)
         if path.is_file() and path.with_suffix(".md").is_file():
             try:
                 same = replace(ProfileCard.load(path), created=self.created) == self
+                same = same and json.loads(path.read_bytes()).get("schema_version") == self.schema_version
             except TopoTunerError:  # unreadable or invalid: written afresh
                 same = False
             if same:

@@ -191,25 +191,29 @@ def with_holm(claims: list[ClaimResult], primary: str) -> list[ClaimResult]:
     does not reject over all the secondary paired claims is *inconclusive (Holm)*; claims without a p-value (ratios,
     shares, stability) keep their verdict, and a claim the setup cannot test is not counted in the family.
 
-    An inconclusive (Holm) claim's *to_decide* is sized at Bonferroni's level (alpha / family size, the strictest
-    bound Holm applies), which is enough for Holm's procedure to reject it wherever its rank falls.
+    A secondary claim that is inconclusive either way has its *to_decide* sized at Bonferroni's level (alpha / family
+    size, the strictest bound Holm applies), which is enough for Holm's procedure to reject it wherever it ranks.
     """
     tested = [
         i for i, c in enumerate(claims) if c.claim != primary and c.p_value is not None and c.verdict != UNTESTABLE
     ]
     rejected = dict(zip(tested, holm([cast(float, claims[i].p_value) for i in tested])))
     strictest = two_sided_z((1 - LEVEL) / max(len(tested), 1))
+
+    def holm_size(c: ClaimResult) -> str:
+        if c.design is None:
+            return ""
+        size = size_to_decide(c.design, c.estimate, c.threshold, z=strictest)
+        return f"{size} (Holm: at {1 - LEVEL:g}/{len(tested)})"
+
     out = []
     for index, c in enumerate(claims):
         if c.claim == primary:
             out.append(replace(c, role="primary"))
         elif index in rejected and not rejected[index] and c.verdict in (HELD, NOT_HELD):
-            size = (
-                f"{size_to_decide(c.design, c.estimate, c.threshold, z=strictest)} (Holm: at 0.05/{len(tested)})"
-                if c.design is not None
-                else ""
-            )
-            out.append(replace(c, role="secondary", verdict=f"{INCONCLUSIVE} (Holm)", to_decide=size))
+            out.append(replace(c, role="secondary", verdict=f"{INCONCLUSIVE} (Holm)", to_decide=holm_size(c)))
+        elif index in rejected and c.verdict == INCONCLUSIVE:  # sized for the family, not for a lone 95% interval
+            out.append(replace(c, role="secondary", to_decide=holm_size(c)))
         else:
             out.append(replace(c, role="secondary"))
     return out
@@ -444,7 +448,12 @@ def _selector_claims(
 
 
 def _speed_claims(runs: pd.DataFrame) -> list[ClaimResult]:
+    """Seconds per epoch of the card runs against full FT and LoRA; runs timed on different machines are not judged.
+
+    Runs of earlier versions recorded no machine: they count as timed where the others were.
+    """
     profile = runs.loc[runs["method"] == "profile", "sec_per_epoch"]
+    machines = runs["machine"].dropna().nunique() if "machine" in runs else 0
     out = []
     for name, threshold in (("full", FASTER_THAN_FULL), ("lora", FASTER_THAN_LORA)):
         other = runs.loc[runs["method"] == name, "sec_per_epoch"]
@@ -459,6 +468,8 @@ def _speed_claims(runs: pd.DataFrame) -> list[ClaimResult]:
                     higher_is_better=False,
                 )
             )
+            if machines > 1:  # a ratio of timings from different machines measures the machines
+                out[-1] = replace(out[-1], setting=f"all settings, timed on {machines} machines", verdict=UNTESTABLE)
     return out
 
 

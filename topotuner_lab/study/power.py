@@ -65,13 +65,20 @@ def size_to_decide(design: Design, estimate: float, threshold: float, z: float =
     gap = abs(estimate - threshold)
     if gap < 1e-12:
         return "not by size: the estimate sits on the threshold"
-    room = (gap / z) ** 2 - design.example_var / design.examples
-    if design.seed_var > 0 and room > 0:
-        return f"~{math.ceil(design.seed_var / room)} seeds x {design.examples} examples"
-    if design.seed_var == 0 and room > 0:
-        return f"{design.seeds} seed(s) already suffice for the example noise (seed noise unmeasured with one seed)"
-    examples = math.ceil(design.example_var / (gap / z) ** 2)
+    budget = (gap / z) ** 2  # the variance of the mean difference at which the half-width equals the gap
+    room = budget - design.example_var / design.examples
+    if room > 0:
+        need = math.ceil(design.seed_var / room) if design.seed_var > 0 else 0
+        if need > design.seeds:
+            return f"~{need} seeds x {design.examples} examples"
+        if design.seeds == 1:
+            return "more seeds: one seed cannot measure the seed noise (the example noise alone would allow a decision)"
+        return (
+            f"a little more than measured (~{design.seeds + 1} seeds or more): the normal approximation says "
+            f"{design.seeds} seeds x {design.examples} examples would do, the bootstrap interval did not"
+        )
+    examples = math.ceil(2 * design.example_var / budget)  # half the budget to the examples, half to the seeds
     if examples > IMPRACTICAL * design.examples:
         return f"not practically by size: the estimate sits {gap:.2g} from the threshold (~{examples} examples)"
-    seeds = math.ceil(2 * design.seed_var / (gap / z) ** 2) if design.seed_var > 0 else design.seeds
+    seeds = math.ceil(2 * design.seed_var / budget) if design.seed_var > 0 else design.seeds
     return f"more examples than measured: ~{examples} examples (and ~{max(seeds, design.seeds)} seeds)"

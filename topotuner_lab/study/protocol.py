@@ -52,6 +52,7 @@ from topotuner_lab.study.workspace import (
     task_tag,
 )
 from topotuner_lab.training.config import FinetuneConfig
+from topotuner_lab.training.machine import machine
 from topotuner_lab.training.results import RunResults
 from topotuner_lab.training.transfer import TransferCheckSettings, transfer_check, with_gradient_signal
 from topotuner_lab.weights.checkpoint import read_json
@@ -333,16 +334,6 @@ def extension(
     return beyond if 0 < beyond < 1 and beyond not in rates else None
 
 
-def machine() -> str:
-    """The machine as measured here: logical cores and the accelerator torch sees."""
-    import os
-
-    import torch
-
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return f"{os.cpu_count()} CPU cores, {device}"
-
-
 def machines_so_far(work: WorkDir) -> str:
     """The machines of the folder's earlier sittings, then this one, in order, ``; ``-separated and each once.
 
@@ -617,5 +608,6 @@ def summary_row(spec: RunSpec, res: RunResults, selected: bool, run_dir: Path) -
         "wall_sec": res.get("wall_seconds"),
         "peak_rss_mib": res.get("peak_rss_mib"),
         "rss_increase_mib": res.get("rss_increase_mib"),
+        "machine": res.get("machine"),  # where it was timed (runs of earlier versions: not recorded)
         "run_dir": str(run_dir),
     }

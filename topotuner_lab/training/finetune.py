@@ -29,6 +29,7 @@ from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import RunData, capped_counts, chat_framed_data, load_run_data, used_counts
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
 from topotuner_lab.training.evaluation import accuracy, perplexity_probe
+from topotuner_lab.training.machine import machine
 from topotuner_lab.training.memory import PeakMemory
 from topotuner_lab.training.results import RunResults, collect_results, write_results
 from topotuner_lab.training.scoring import TaskScorer, per_example, primary_values
@@ -293,6 +294,7 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
     )
     results.update(memory.fields())
     results["world_size"] = trainer.args.world_size
+    results["machine"] = machine()
     if not trainer.is_world_process_zero():  # under DDP (accelerate launch) every rank trains and scores; one writes
         return results
     if cfg.save_snapshot:

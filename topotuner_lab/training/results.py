@@ -110,6 +110,7 @@ class RunResults(TypedDict, total=False):
     cuda_peak_allocated_mib: float | None
     transferred_to: dict[str, str] | None
     world_size: int
+    machine: str
     snapshot: str
     epoch_snapshots: list[str]
     wall_seconds: float

@@ -224,7 +224,8 @@ def setup_section(
     if "wall_sec" in results and results["wall_sec"].notna().any():
         cost = results.groupby("method")["wall_sec"].median() / 60
         lines.append(
-            "Cost on the machine in the header, median minutes per fine-tune including evaluation: "
+            "Cost on the machine(s) in the header (the medians pool every sitting's runs), median minutes per "
+            "fine-tune including evaluation: "
             + ", ".join(f"{k} {v:.1f}" for k, v in cost.items())
             + f"; {runs} fine-tunes in all, {results['wall_sec'].sum() / 3600:.1f} h."
         )
@@ -266,12 +267,13 @@ def claims_section(claims: list[ClaimResult]) -> str:
         "(threshold 0: beats LoRA, high vs low drift, topology vs a control or a selector, out-of-domain accuracy) "
         "whose whole interval lies within +- the target's margin: then the two are *equivalent*; *not testable "
         "here* when the setup "
-        "cannot decide it either way (a stop-epoch threshold below the earliest epoch the rule can fire, "
+        "cannot decide it either way (timings from runs on different machines; "
+        "a stop-epoch threshold below the earliest epoch the rule can fire, "
         f"{EARLIEST_STOP}, needs a longer budget; a share of so few runs that not even all or none of them could "
         "clear its threshold names the runs it needs in *to_decide*). Competitive means at most the "
         "target's margin below full FT (the threshold column; the setup says how each margin was derived). "
-        '"The card" is the one named before the runs: the high-drift card of the default recipe at each budget, '
-        "never the better of two."
+        '"The card" is the one named before the runs: the high-drift card of the default recipe at each budget '
+        "(the low-drift one where no high-drift card ran), never the better of two."
         + (
             " The *primary* claim was named before the runs (the preset's `primary_claim`) and is judged on its own "
             "interval; every *secondary* paired claim is also judged after Holm's correction of its two-sided "
