@@ -169,6 +169,17 @@ def test_setup_of_a_partial_run_says_how_much_is_done():
     assert _lines(text)[-1].startswith("**Partial run**: 9 of the 26 planned fine-tunes are done")
 
 
+def test_a_partial_run_counts_the_runs_its_extended_sweeps_added():
+    results = _results().assign(role="chosen")
+    results.loc[[0, 1, 2], "role"] = "sweep"
+    results.loc[[0, 1, 2], "lr"] = [1e-5, 3e-5, 9.49e-5]  # full FT's grid is 1e-5, 3e-5: the third extends it
+    partial = _lines(sections.setup_section(PRESET, 9, 9, results))[-1]
+    assert partial.startswith(
+        "**Partial run**: 9 of the 9 planned fine-tunes (plus 1 added by extending sweeps past a grid edge) are done"
+    )
+    assert "Partial run" not in sections.setup_section(PRESET, 10, 9, results)
+
+
 def test_setup_without_the_optional_parts():
     preset = replace(
         PRESET,

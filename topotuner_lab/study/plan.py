@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 
 from topotuner_lab.study.presets import RECIPE_STRATEGIES, Preset
@@ -133,6 +134,16 @@ def plan(preset: Preset) -> list[RunSpec]:
                 if key.strategy in preset.constant_lr:
                     specs.append(RunSpec(prior, target, seed, replace(key, schedule="constant"), "constant"))
     return specs
+
+
+def extension_runs(results: pd.DataFrame, preset: Preset) -> int:
+    """The sweep runs at rates beyond their grid: those extend-until-interior added to the :func:`plan`."""
+    if "role" not in results or results.empty:
+        return 0
+    results = with_key_columns(results)
+    sweeps = results[results["role"] == "sweep"]
+    beyond = [not np.isclose(lr, preset.lr_grid[method]).any() for lr, method in zip(sweeps["lr"], sweeps["method"])]
+    return int(sum(beyond))
 
 
 def with_key_columns(results: pd.DataFrame) -> pd.DataFrame:

@@ -24,6 +24,7 @@ from topotuner_lab.study.claims import (
 )
 from topotuner_lab.study.markdown import markdown_table
 from topotuner_lab.study.matrix import check_predicts_gain, with_transfer_checks
+from topotuner_lab.study.plan import extension_runs
 from topotuner_lab.study.presets import Preset
 from topotuner_lab.study.stability import drift_over_seeds, stability_sentence, stability_table
 from topotuner_lab.study.stopping import early_by, threshold_sweep
@@ -232,11 +233,12 @@ def setup_section(
     lines += margin_lines(results, preset.margin_share)
     if preset.other_models:
         lines.append(f"Drift only (own prior fine-tunes, no transfer grid): {', '.join(preset.other_models)}.")
-    if runs < planned:
+    added = extension_runs(results, preset)  # runs the plan did not list: a sweep extended past its grid's edge
+    if runs < planned + added:
+        extended = f" (plus {added} added by extending sweeps past a grid edge)" if added else ""
         lines.append(
-            f"**Partial run**: {runs} of the {planned} planned fine-tunes are done (seeds are the outer loop, so "
-            "earlier seeds are complete); "
-            "rerunning the command resumes the rest."
+            f"**Partial run**: {runs} of the {planned} planned fine-tunes{extended} are done (seeds are the outer "
+            "loop, so earlier seeds are complete); rerunning the command resumes the rest."
         )
     return "\n## Setup\n\n" + "".join(f"- {line}\n" for line in lines)
 
