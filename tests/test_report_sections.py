@@ -365,8 +365,10 @@ def test_lr_section_orders_the_rates_of_interleaved_grids():
             ("profile:high-drift@0.01", 1e-3),
         ]
     ]
-    header = _header_of(sections.lr_section(pd.DataFrame(rows), "accuracy"))
-    assert header[3:-1] == ["val acc @ 0.0001", "val acc @ 0.0003", "val acc @ 0.000316", "val acc @ 0.001"]
+    text = sections.lr_section(pd.DataFrame(rows), "accuracy")
+    assert _header_of(text)[3:-1] == ["val acc @ 0.0001", "val acc @ 0.0003", "val acc @ 0.000316", "val acc @ 0.001"]
+    # a rate a method never tried, and a rate not chosen yet (no result runs), are blank cells, not "nan"
+    assert _row_of(text, "agnews", "sst2", "full")[3:] == ["0.8", "", "0.8", "", ""]
 
 
 def test_lr_section_warns_about_rates_chosen_at_the_grids_edge():
@@ -773,3 +775,15 @@ def test_prior_seed_section_shows_agreement_and_each_picked_matrix(tiny_drift):
     ]
     assert agreement[2].replace(" ", "").startswith("|0|1|3|3|1|") and agreement[2].replace(" ", "").endswith("|1|")
     assert sections.prior_seed_section({}, "high-drift") == ""
+
+
+def test_markdown_tables_round_numbers_and_leave_missing_cells_blank():
+    from topotuner_lab.study.markdown import markdown_table
+
+    table = pd.DataFrame(
+        {"seed": [0, 0], "run": ["full", "profile:high-drift@0.01"], "strategy": [float("nan"), "high-drift"],
+         "budget": [float("nan"), 0.01], "test_acc": [0.86234, 0.8]}
+    )  # fmt: skip
+    rows = _table_rows(markdown_table(table))
+    assert rows == [["run", "strategy", "budget", "test_acc"], ["full", "", "", "0.862"],
+                    ["profile:high-drift@0.01", "high-drift", "0.01", "0.8"]]  # fmt: skip

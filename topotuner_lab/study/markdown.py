@@ -6,9 +6,9 @@ import pandas as pd
 
 
 def markdown_table(table: pd.DataFrame) -> str:
-    """A results table as Markdown, numbers rounded for reading; a ``seed`` column with one value is left out."""
+    """A results table as Markdown: numbers rounded for reading, missing cells blank, a one-value ``seed`` left out."""
     shown = table.drop(columns=["seed"] if "seed" in table and table["seed"].nunique() == 1 else []).copy()
     for col in shown.columns:
         if shown[col].dtype.kind == "f":
             shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:.3g}")
-    return shown.to_markdown(index=False)
+    return shown.astype(object).where(shown.notna(), "").to_markdown(index=False)  # a missing text cell is blank

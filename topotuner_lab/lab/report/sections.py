@@ -334,10 +334,11 @@ def lr_section(results: pd.DataFrame, criterion: str = "logloss") -> str:
         else ""
     )
     seeds = sorted(swept["seed"].unique())
+    shown = table.astype(object).where(table.notna(), None)  # a rate a method never tried is a blank, not "nan"
     return (
         f"\n## Learning rates, chosen on validation data\n\nEach method's sweep ({label} per rate, the mean over "
         f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}; the test set is not looked at) and the "
-        "rate kept for every seed.\n\n" + table.to_markdown(index=False, floatfmt=".3g") + "\n" + warning
+        "rate kept for every seed.\n\n" + shown.to_markdown(index=False, floatfmt=".3g", missingval="") + "\n" + warning
     )
 
 
