@@ -10,5 +10,5 @@ def markdown_table(table: pd.DataFrame) -> str:
     shown = table.drop(columns=["seed"] if "seed" in table and table["seed"].nunique() == 1 else []).copy()
     for col in shown.columns:
         if shown[col].dtype.kind == "f":
-            shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:.3g}")
+            shown[col] = shown[col].map(lambda v: f"{v:.3g}", na_action="ignore")
     return shown.astype(object).where(shown.notna(), "").to_markdown(index=False)  # a missing text cell is blank

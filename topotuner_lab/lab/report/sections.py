@@ -288,8 +288,8 @@ def claims_section(claims: list[ClaimResult]) -> str:
             " For an inconclusive paired claim, *to_decide* is the size its measured variances say would decide it: "
             "the seeds (at these test examples) for the 95% half-width to shrink below the distance from the "
             "estimate to the threshold, or the examples when seeds alone cannot (`study.power`; the estimate is "
-            "assumed to stay where it is); for an *inconclusive (Holm)* claim, the size at Bonferroni's level "
-            "(0.05 over the family's size), which Holm's procedure rejects wherever the claim ranks."
+            "assumed to stay where it is); for a secondary claim (inconclusive, or inconclusive (Holm)), the size at "
+            "Bonferroni's level (0.05 over the family's size), which Holm's procedure rejects wherever it ranks."
             if sized
             else ""
         )
@@ -334,11 +334,10 @@ def lr_section(results: pd.DataFrame, criterion: str = "logloss") -> str:
         else ""
     )
     seeds = sorted(swept["seed"].unique())
-    shown = table.astype(object).where(table.notna(), None)  # a rate a method never tried is a blank, not "nan"
     return (
         f"\n## Learning rates, chosen on validation data\n\nEach method's sweep ({label} per rate, the mean over "
         f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}; the test set is not looked at) and the "
-        "rate kept for every seed.\n\n" + shown.to_markdown(index=False, floatfmt=".3g", missingval="") + "\n" + warning
+        "rate kept for every seed.\n\n" + markdown_table(table) + "\n" + warning
     )
 
 
