@@ -129,11 +129,11 @@ def _lines(section: str) -> list[str]:
 def test_setup_reports_the_presets_sizes_grids_and_arms():
     text = sections.setup_section(PRESET, 9, 9, _results())
     assert text.startswith("\n## Setup\n\n")
-    model, prior, targets, rates, cards, stopping, cost, margin, drift_only = _lines(text)
+    model, prior, targets, rates, cards, stopping, cost, margin, forgetting, drift_only = _lines(text)
     assert model.startswith(
-        "Model: tiny-llama; priors sst2, each card transferred to the other task(s) of agnews, gsm8k"
+        "Model: tiny-llama; priors sst2, each card transferred to every target but its own prior (agnews, gsm8k); "
+        "seeds 0, 1 (each"
     )
-    assert "seeds (0, 1)" in model
     assert prior == (
         "Prior fine-tune: full FT, 32 examples x 3 epoch(s), lr 0.0002, prior seeds 0; drift recipes default."
     )
@@ -150,8 +150,21 @@ def test_setup_reports_the_presets_sizes_grids_and_arms():
         "including evaluation: full 2.5, profile 0.5; 9 fine-tunes in all, 0.2 h."
     )
     assert margin.startswith("Margin (agnews): a card is competitive when it loses at most 0.03 acc to full FT")
+    assert forgetting == (
+        "Forgetting (agnews): each held-out GSM8K text's NLL, and sst2 accuracy, zero-shot 0.600 (chance 0.50 for 2 "
+        "answer words)."
+    )
     assert drift_only == "Drift only (own prior fine-tunes, no transfer grid): tiny-qwen2."
     assert "Partial run" not in text
+
+
+def test_setup_warns_when_the_forgetting_probe_starts_below_chance():
+    """cpu-decide's BoolQ probe scores 0.375 zero-shot: the model leans to "no", and full FT raises the score by
+    moving that lean, so the accuracy probe cannot read forgetting there."""
+    (line,) = sections.forgetting_lines(_results().assign(ood_acc_before=0.375), PRESET)
+    assert "zero-shot 0.375 (chance 0.50 for 2 answer words); below chance, the model leans to one answer" in line
+    assert "read the held-out NLL claim as the measure of forgetting" in line
+    assert sections.forgetting_lines(_results().drop(columns="ood_acc_before"), PRESET) == []
 
 
 def test_setup_says_where_the_validation_rows_came_from():
@@ -191,7 +204,8 @@ def test_setup_without_the_optional_parts():
     )
     text = sections.setup_section(preset, 9, 9, _results().drop(columns=["wall_sec"]))
     lines = _lines(text)
-    assert len(lines) == 7 and lines[-1].startswith("Margin (")  # no cost, drift-only or partial-run line
+    assert len(lines) == 8 and lines[-2].startswith("Margin (")  # no cost, drift-only or partial-run line
+    assert lines[-1].startswith("Forgetting (")
     assert lines[0].startswith("Model: embedded SmolLM2-135M-Instruct;")
     assert lines[1].endswith("lr default, prior seeds 0; drift recipes default.")
     assert lines[5].endswith("normalized by the first epoch's.")

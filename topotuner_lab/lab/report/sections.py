@@ -28,6 +28,8 @@ from topotuner_lab.study.plan import extension_runs
 from topotuner_lab.study.presets import Preset
 from topotuner_lab.study.stability import drift_over_seeds, stability_sentence, stability_table
 from topotuner_lab.study.stopping import early_by, threshold_sweep
+from topotuner_lab.tasks.specs import get_task
+from topotuner_lab.training.data import ood_task_for
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
 from topotuner_lab.weights.projections import KINDS
 from topotuner_lab.weights.snapshot import NOISE_SCALE, Snapshot
@@ -130,6 +132,32 @@ def margin_lines(results: pd.DataFrame, share: float) -> list[str]:
     ]
 
 
+def forgetting_lines(results: pd.DataFrame, preset: Preset) -> list[str]:
+    """Per target, the accuracy probe of forgetting, and a warning where its zero-shot score sits below chance.
+
+    Below chance the pretrained model leans to one answer word, so a fine-tune can move the probe's accuracy by
+    moving that lean, up or down, with no knowledge gained or lost; the held-out NLL needs no answer format.
+    """
+    if "ood_acc_before" not in results:
+        return []
+    lines = []
+    for target, group in results.groupby("target", sort=False):
+        probe = (preset.target.ood_tasks or (ood_task_for(str(target)),))[0]
+        spec = get_task(probe)
+        before = float(group["ood_acc_before"].median())
+        line = f"Forgetting ({target}): each held-out GSM8K text's NLL, and {probe} accuracy, zero-shot {before:.3f}"
+        if spec.output_type == "multiple_choice":
+            chance = 1 / len(spec.doc_to_choice)
+            line += f" (chance {chance:.2f} for {len(spec.doc_to_choice)} answer words)"
+            if before < chance:
+                line += (
+                    "; below chance, the model leans to one answer, so a fine-tune can move this accuracy by moving "
+                    "that lean rather than by forgetting: read the held-out NLL claim as the measure of forgetting"
+                )
+        lines.append(line + ".")
+    return lines
+
+
 def _validation_from(sources: dict[str, str]) -> str:
     """Where the validation rows came from: one source for every target, else per target."""
     if not sources:
@@ -170,8 +198,8 @@ def setup_section(
         return "\n## Setup\n\n" + "".join(f"- {line}\n" for line in lines)
     lines = [
         f"Model: {preset.model or 'embedded SmolLM2-135M-Instruct'}; priors {', '.join(preset.prior_tasks)}, "
-        "each card transferred to the other "
-        f"task(s) of {', '.join(preset.target_tasks)}; seeds {preset.seeds} (each sets the training seed and "
+        f"each card transferred to every target but its own prior ({', '.join(preset.target_tasks)}); "
+        f"seeds {', '.join(map(str, preset.seeds))} (each sets the training seed and "
         "which training rows are drawn; "
         "the test rows are the same for every seed and method, so comparisons are paired).",
         prior_line,
@@ -231,6 +259,7 @@ def setup_section(
             + f"; {runs} fine-tunes in all, {results['wall_sec'].sum() / 3600:.1f} h."
         )
     lines += margin_lines(results, preset.margin_share)
+    lines += forgetting_lines(results, preset)
     if preset.other_models:
         lines.append(f"Drift only (own prior fine-tunes, no transfer grid): {', '.join(preset.other_models)}.")
     added = extension_runs(results, preset)  # runs the plan did not list: a sweep extended past its grid's edge
