@@ -165,6 +165,11 @@ def test_setup_warns_when_the_forgetting_probe_starts_below_chance():
     assert "zero-shot 0.375 (chance 0.50 for 2 answer words); below chance, the model leans to one answer" in line
     assert "read the held-out NLL claim as the measure of forgetting" in line
     assert sections.forgetting_lines(_results().drop(columns="ood_acc_before"), PRESET) == []
+    (gone,) = sections.forgetting_lines(_results().assign(target="moved/away.yaml"), PRESET)  # a spec file since moved
+    assert gone == (
+        "Forgetting (moved/away.yaml): each held-out GSM8K text's NLL, and moved/away.yaml's out-of-domain task "
+        "accuracy, zero-shot 0.600."
+    )
 
 
 def test_setup_says_where_the_validation_rows_came_from():

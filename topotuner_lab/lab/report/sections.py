@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from topotuner_lab._io.errors import TaskError
 from topotuner_lab.drift.noise import noise_check
 from topotuner_lab.profiles.card import NORMALIZATIONS, ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import MIN_NOISE_DRAWS, build_profile
@@ -132,6 +133,20 @@ def margin_lines(results: pd.DataFrame, share: float) -> list[str]:
     ]
 
 
+def _answer_words(target: str, ood_tasks: tuple[str, ...]) -> tuple[str, int | None]:
+    """The forgetting probe of ``target`` and its number of answer words.
+
+    None where the probe is not multiple choice, or its spec file is gone since the run (that must not stop a report of
+    finished runs).
+    """
+    try:
+        probe = (ood_tasks or (ood_task_for(target),))[0]
+        spec = get_task(probe)
+    except TaskError:
+        return (ood_tasks or (f"{target}'s out-of-domain task",))[0], None
+    return probe, len(spec.doc_to_choice) if spec.output_type == "multiple_choice" else None
+
+
 def forgetting_lines(results: pd.DataFrame, preset: Preset) -> list[str]:
     """Per target, the accuracy probe of forgetting, and a warning where its zero-shot score sits below chance.
 
@@ -142,14 +157,12 @@ def forgetting_lines(results: pd.DataFrame, preset: Preset) -> list[str]:
         return []
     lines = []
     for target, group in results.groupby("target", sort=False):
-        probe = (preset.target.ood_tasks or (ood_task_for(str(target)),))[0]
-        spec = get_task(probe)
+        probe, words = _answer_words(str(target), preset.target.ood_tasks)
         before = float(group["ood_acc_before"].median())
         line = f"Forgetting ({target}): each held-out GSM8K text's NLL, and {probe} accuracy, zero-shot {before:.3f}"
-        if spec.output_type == "multiple_choice":
-            chance = 1 / len(spec.doc_to_choice)
-            line += f" (chance {chance:.2f} for {len(spec.doc_to_choice)} answer words)"
-            if before < chance:
+        if words:
+            line += f" (chance {1 / words:.2f} for {words} answer words)"
+            if before < 1 / words:
                 line += (
                     "; below chance, the model leans to one answer, so a fine-tune can move this accuracy by moving "
                     "that lean rather than by forgetting: read the held-out NLL claim as the measure of forgetting"
