@@ -40,6 +40,11 @@ def ood_task_for(task: str) -> str:
     return OOD_TASK.get(get_task(task).name, "sst2")
 
 
+def ood_battery(task: str, ood_tasks: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The forgetting battery of a run on ``task``: ``ood_tasks`` where given, else :func:`ood_task_for`'s task."""
+    return ood_tasks or (ood_task_for(task),)
+
+
 def load_run_data(cfg: FinetuneConfig) -> RunData:
     """Draw the training, validation, test, out-of-domain and perplexity examples of ``cfg``.
 
@@ -62,7 +67,7 @@ def load_run_data(cfg: FinetuneConfig) -> RunData:
         val_source = "carved from the training draw" if cfg.n_val else "none"
     # evaluation draws do not depend on the seed: every method and seed is scored on the same examples (paired)
     test = load_task(cfg.task, "test", cfg.n_test, EVAL_SEED, cfg.data_source)
-    tasks = cfg.ood_tasks or (ood_task_for(cfg.task),)
+    tasks = ood_battery(cfg.task, cfg.ood_tasks)
     battery = {task: load_task(task, "test", cfg.n_ood, EVAL_SEED, cfg.data_source) for task in tasks}
     general = load_task("gsm8k", "test", cfg.n_ppl, EVAL_SEED, cfg.data_source)
     general_text = [p + t for p, t in zip(general["prompt"], general["target"])]

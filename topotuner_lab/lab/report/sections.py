@@ -30,7 +30,7 @@ from topotuner_lab.study.presets import Preset
 from topotuner_lab.study.stability import drift_over_seeds, stability_sentence, stability_table
 from topotuner_lab.study.stopping import early_by, threshold_sweep
 from topotuner_lab.tasks.specs import get_task
-from topotuner_lab.training.data import ood_task_for
+from topotuner_lab.training.data import ood_battery
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
 from topotuner_lab.weights.projections import KINDS
 from topotuner_lab.weights.snapshot import NOISE_SCALE, Snapshot
@@ -140,7 +140,7 @@ def _answer_words(target: str, ood_tasks: tuple[str, ...]) -> tuple[str, int | N
     finished runs).
     """
     try:
-        probe = (ood_tasks or (ood_task_for(target),))[0]
+        probe = ood_battery(target, ood_tasks)[0]
         spec = get_task(probe)
     except TaskError:
         return (ood_tasks or (f"{target}'s out-of-domain task",))[0], None
