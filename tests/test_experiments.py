@@ -365,19 +365,22 @@ def test_a_drift_only_study_reports_model_dependence_and_stability(tmp_path):
 
 
 def test_the_preset_record_names_every_machine_a_comparisons_sittings_ran_on(tmp_path, monkeypatch):
-    from topotuner_lab.study import protocol
+    from topotuner_lab.study import presets, protocol
     from topotuner_lab.study.workspace import WorkDir
 
     work = WorkDir(tmp_path)
+    preset = presets.get_preset("tiny")
     here = ["2 CPU cores, no GPU"]
     monkeypatch.setattr(protocol, "machine", lambda: here[0])
-    assert protocol.machines_so_far(work) == "2 CPU cores, no GPU"  # the first sitting
+
+    def record(text: str) -> dict:
+        work.preset.write_text(text)
+        return protocol.check_same_preset(preset, work, lambda _: None)
+
+    assert protocol.machines_so_far(protocol.check_same_preset(preset, work, print)) == "2 CPU cores, no GPU"
     work.preset.parent.mkdir(parents=True, exist_ok=True)
-    work.preset.write_text(json.dumps({"machine": "2 CPU cores, no GPU"}))
     here[0] = "16 CPU cores, NVIDIA H200"
-    both = protocol.machines_so_far(work)
+    both = protocol.machines_so_far(record(json.dumps({**preset.to_dict(), "machine": "2 CPU cores, no GPU"})))
     assert both == "2 CPU cores, no GPU; 16 CPU cores, NVIDIA H200"
-    work.preset.write_text(json.dumps({"machine": both}))
-    assert protocol.machines_so_far(work) == both  # a machine seen before is named once
-    work.preset.write_text("[1, 2")  # damaged: nothing earlier to name
-    assert protocol.machines_so_far(work) == "16 CPU cores, NVIDIA H200"
+    assert protocol.machines_so_far(record(json.dumps({**preset.to_dict(), "machine": both}))) == both  # named once
+    assert protocol.machines_so_far(record("[1, 2")) == "16 CPU cores, NVIDIA H200"  # damaged: nothing earlier

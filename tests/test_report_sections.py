@@ -151,7 +151,7 @@ def test_setup_reports_the_presets_sizes_grids_and_arms():
     )
     assert margin.startswith("Margin (agnews): a card is competitive when it loses at most 0.03 acc to full FT")
     assert forgetting == (
-        "Forgetting (agnews): each held-out GSM8K text's NLL, and sst2 accuracy, zero-shot 0.600 (chance 0.50 for 2 "
+        "Forgetting (agnews): each held-out gsm8k text's NLL, and sst2 accuracy, zero-shot 0.600 (chance 0.50 for 2 "
         "answer words)."
     )
     assert drift_only == "Drift only (own prior fine-tunes, no transfer grid): tiny-qwen2."
@@ -167,7 +167,7 @@ def test_setup_warns_when_the_forgetting_probe_starts_below_chance():
     assert sections.forgetting_lines(_results().drop(columns="ood_acc_before"), PRESET) == []
     (gone,) = sections.forgetting_lines(_results().assign(target="moved/away.yaml"), PRESET)  # a spec file since moved
     assert gone == (
-        "Forgetting (moved/away.yaml): each held-out GSM8K text's NLL, and moved/away.yaml's out-of-domain task "
+        "Forgetting (moved/away.yaml): each held-out gsm8k text's NLL, and moved/away.yaml's out-of-domain task "
         "accuracy, zero-shot 0.600."
     )
 

@@ -255,8 +255,9 @@ class ProfileCard(Config):
         path = Path(path)
         if path.is_file() and path.with_suffix(".md").is_file():
             try:
-                same = replace(ProfileCard.load(path), created=self.created) == self
-                same = same and json.loads(path.read_bytes()).get("schema_version") == self.schema_version
+                data = ProfileCard._read_json(path)
+                same = replace(ProfileCard.from_dict(data, str(path)), created=self.created) == self
+                same = same and data.get("schema_version") == self.schema_version  # from_dict checked it is a dict
             except TopoTunerError:  # unreadable or invalid: written afresh
                 same = False
             if same:
@@ -284,13 +285,17 @@ class ProfileCard(Config):
             raise InputFileError(
                 f"profile card {path} does not exist", "build one with `topotuner-lab profile DRIFT_TABLE ...`"
             )
+        return cls.from_dict(cls._read_json(path), str(path))
+
+    @staticmethod
+    def _read_json(path: Path) -> Any:
+        """A card file's parsed JSON, unchecked; a file that is not UTF-8 JSON raises :class:`ProfileError`."""
         try:
-            data = json.loads(path.read_bytes().decode("utf-8"))
+            return json.loads(path.read_bytes().decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise ProfileError(
                 f"profile card {path} is not valid UTF-8 JSON ({exc.__class__.__name__}: {str(exc)[:100]})", REBUILD
             ) from exc
-        return cls.from_dict(data, str(path))
 
     # --- views (see :mod:`topotuner_lab.profiles.views`) -----------------------------------
     def to_markdown(self) -> str:

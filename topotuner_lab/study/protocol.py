@@ -334,15 +334,13 @@ def extension(
     return beyond if 0 < beyond < 1 and beyond not in rates else None
 
 
-def machines_so_far(work: WorkDir) -> str:
-    """The machines of the folder's earlier sittings, then this one, in order, ``; ``-separated and each once.
+def machines_so_far(recorded: dict[str, Any]) -> str:
+    """The machines of the earlier sittings, then this one, in order, ``; ``-separated and each once.
 
-    A comparison may take several sittings, not all on the same machine; its report names every one.
+    ``recorded`` is the folder's ``preset.json`` as :func:`check_same_preset` returns it. A comparison may take
+    several sittings, not all on the same machine; its report names every one.
     """
-    try:
-        earlier = json.loads(work.preset.read_bytes().decode("utf-8")).get("machine")
-    except (OSError, ValueError, RecursionError, AttributeError):  # no or a damaged preset.json: none recorded
-        earlier = None
+    earlier = recorded.get("machine")
     seen = earlier.split("; ") if isinstance(earlier, str) and earlier else []
     here = machine()
     return "; ".join(seen if here in seen else [*seen, here])
@@ -352,22 +350,23 @@ def machines_so_far(work: WorkDir) -> str:
 RECORD_ONLY: tuple[str, ...] = ("planned_runs", "machine")
 
 
-def check_same_preset(preset: Preset, work: WorkDir, log: Log) -> None:
+def check_same_preset(preset: Preset, work: WorkDir, log: Log) -> dict[str, Any]:
     """Refuse a folder that holds the comparison of another preset (or another model), before anything is written.
 
-    The preset is read from the folder's ``preset.json``; the same preset resumes. A damaged ``preset.json`` (not a
-    JSON object) is rewritten, as every other damaged file is recomputed: each step verifies its own inputs.
+    The preset is read from the folder's ``preset.json``; the same preset resumes, and its record is returned ({}
+    where there is none). A damaged ``preset.json`` (not a JSON object) is rewritten, as every other damaged file is
+    recomputed: each step verifies its own inputs.
     """
     try:
         recorded = json.loads(work.preset.read_bytes().decode("utf-8"))
     except FileNotFoundError:
-        return
+        return {}
     except (OSError, ValueError, RecursionError) as exc:
         log(f"rewrite (unreadable): {work.preset} ({exc.__class__.__name__})")
-        return
+        return {}
     if not isinstance(recorded, dict):
         log(f"rewrite (unreadable): {work.preset} (not a JSON object)")
-        return
+        return {}
     fix = (
         f"give this comparison its own folder with -o (the default is runs/reproduce-PRESET), or delete {work.root} "
         "to start over there"
@@ -379,7 +378,7 @@ def check_same_preset(preset: Preset, work: WorkDir, log: Log) -> None:
             f"{work.root} holds a comparison whose preset.json this version cannot read: {exc.problem}", fix
         ) from exc
     if there == preset:
-        return
+        return recorded
     differ = [f.name for f in dataclasses.fields(Preset) if getattr(there, f.name) != getattr(preset, f.name)]
     model = (
         f" (model {there.model or 'smollm2-135m'} there, {preset.model or 'smollm2-135m'} here)"
@@ -398,14 +397,14 @@ def prepare(preset: Preset, work: WorkDir, log: Log) -> tuple[LoadedModel, Cards
     drift and noise tables (drift only); every step is reused when verified. A folder of another preset is refused
     before anything is written.
     """
-    check_same_preset(preset, work, log)
+    recorded = check_same_preset(preset, work, log)
     for name in preset.other_models:  # fail now, not after the grid, when a second model is not installed
         if name in PACKAGED_MODELS:
             embedded_gguf_path(name)
     loaded = load_model(preset.model)
     pre = snapshot_once(loaded, work.pretrained)
     atomic.write_json(
-        work.preset, {**preset.to_dict(), "planned_runs": len(plan(preset)), "machine": machines_so_far(work)}
+        work.preset, {**preset.to_dict(), "planned_runs": len(plan(preset)), "machine": machines_so_far(recorded)}
     )
     noise = noise_tables_once(pre, work, preset.noise_seeds, preset.drift)
     cards: Cards = {}

@@ -77,7 +77,7 @@ class FinetuneConfig(Config):
         "rows each, each on its own metric (empty: the task's default out-of-domain task, see OOD_TASK)",
         check=Check(lambda v: isinstance(v, tuple) and all(isinstance(t, str) and t for t in v), "task names"),
     )
-    n_ppl: int = opt(32, "held-out GSM8K texts for perplexity before/after", check=POSITIVE_INT)
+    n_ppl: int = opt(32, "held-out texts (training.data.PPL_TASK) for perplexity before/after", check=POSITIVE_INT)
     batch_size: int = opt(8, "training batch size", check=POSITIVE_INT)
     max_length: int = opt(64, "tokens per example (prompt + target)", check=POSITIVE_INT)
     learning_rate: float | None = opt(

@@ -15,6 +15,8 @@ from topotuner_lab.training.config import FinetuneConfig
 
 #: the out-of-domain task each task's forgetting is measured on; any other task (a spec file, boolq): sst2
 OOD_TASK = {"sst2": "agnews", "agnews": "sst2", "gsm8k": "sst2"}
+#: the task whose held-out texts' NLL (perplexity) before and after measures forgetting with no answer format
+PPL_TASK = "gsm8k"
 EVAL_SEED = 0  # which test / out-of-domain / perplexity examples are drawn: fixed, so runs are paired
 #: the config's example counts, each capped by the rows its split holds
 COUNTS: tuple[str, ...] = ("n_train", "n_val", "n_test", "n_ood", "n_ppl")
@@ -69,7 +71,7 @@ def load_run_data(cfg: FinetuneConfig) -> RunData:
     test = load_task(cfg.task, "test", cfg.n_test, EVAL_SEED, cfg.data_source)
     tasks = ood_battery(cfg.task, cfg.ood_tasks)
     battery = {task: load_task(task, "test", cfg.n_ood, EVAL_SEED, cfg.data_source) for task in tasks}
-    general = load_task("gsm8k", "test", cfg.n_ppl, EVAL_SEED, cfg.data_source)
+    general = load_task(PPL_TASK, "test", cfg.n_ppl, EVAL_SEED, cfg.data_source)
     general_text = [p + t for p, t in zip(general["prompt"], general["target"])]
     return RunData(train, val, test, tasks[0], battery[tasks[0]], general_text, val_source, battery)
 

@@ -30,7 +30,7 @@ from topotuner_lab.study.presets import Preset
 from topotuner_lab.study.stability import drift_over_seeds, stability_sentence, stability_table
 from topotuner_lab.study.stopping import early_by, threshold_sweep
 from topotuner_lab.tasks.specs import get_task
-from topotuner_lab.training.data import ood_battery
+from topotuner_lab.training.data import PPL_TASK, ood_battery
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
 from topotuner_lab.weights.projections import KINDS
 from topotuner_lab.weights.snapshot import NOISE_SCALE, Snapshot
@@ -159,7 +159,8 @@ def forgetting_lines(results: pd.DataFrame, preset: Preset) -> list[str]:
     for target, group in results.groupby("target", sort=False):
         probe, words = _answer_words(str(target), preset.target.ood_tasks)
         before = float(group["ood_acc_before"].median())
-        line = f"Forgetting ({target}): each held-out GSM8K text's NLL, and {probe} accuracy, zero-shot {before:.3f}"
+        line = f"Forgetting ({target}): each held-out {PPL_TASK} text's NLL, and {probe} accuracy"
+        line += f", zero-shot {before:.3f}"
         if words:
             line += f" (chance {1 / words:.2f} for {words} answer words)"
             if before < 1 / words:
@@ -494,9 +495,11 @@ def all_runs_section(results: pd.DataFrame) -> str:
     return (
         "\n## All runs\n\nEvery fine-tune, the learning-rate sweeps included (`selected` marks the runs at the "
         "chosen rate). `gap` = train - test accuracy; `ood_*` = accuracy on the other task (forgetting); `ppl_*` = "
-        "perplexity on held-out GSM8K text; `stop_epoch` = where topological early stopping fired; `peak_rss_mib` "
-        "= the process's resident peak during training, `rss_increase_mib` = that peak minus the resident size when "
-        "training began (sampled every 20 ms).\n\n" + markdown_table(results.drop(columns=["run_dir"])) + "\n"
+        f"perplexity on held-out {PPL_TASK} text; `stop_epoch` = where topological early stopping fired; "
+        "`peak_rss_mib` = the process's resident peak during training, `rss_increase_mib` = that peak minus the "
+        "resident size when training began (sampled every 20 ms).\n\n"
+        + markdown_table(results.drop(columns=["run_dir"]))
+        + "\n"
     )
 
 
