@@ -394,3 +394,28 @@ def test_method_intervals_pair_each_method_with_the_reference_over_test_rows():
     assert table.loc["full", "minus full"] == 0.0 and np.isnan(table.loc["full", "95% low"])
     assert table.loc["profile", "minus full"] == pytest.approx(-0.25)
     assert table.loc["profile", "95% low"] < -0.25 < table.loc["profile", "95% high"] < 0
+
+
+def test_stop_summary_says_where_the_rule_fired_and_what_it_saved():
+    run = {"config": {"epochs": 4}, "stop_threshold": 0.5, "epoch_test_accuracy": [0.5, 0.6, 0.7, 0.72]}
+    early = workbench.stop_summary({**run, "stop_epoch": 3})
+    assert early.startswith("would stop after epoch 3 of 4 (1 of 4 epochs saved)")
+    assert "at the stop epoch 0.700 vs the full budget 0.720" in early
+    assert "nothing saved at this budget" in workbench.stop_summary({**run, "stop_epoch": 4})
+    assert workbench.stop_summary({**run, "stop_epoch": None}) == (
+        "normalized drift stayed above 0.5: no stop within 4 epochs"
+    )
+
+
+def test_png_export_keeps_the_browser_pipes_ignored_message_out_of_the_output(caplog):
+    import logging
+
+    plots._quiet_browser_pipe()
+    pipe = logging.getLogger("choreographer.channels.pipe")
+    with caplog.at_level(logging.DEBUG):
+        try:
+            raise ValueError("half a message")
+        except ValueError:
+            pipe.exception("JSONError decoding message. Ignoring")  # what choreographer logs, with a traceback
+        pipe.error("Error in trying to decode JSON off our read.")  # a real failure still shows
+    assert [r.getMessage() for r in caplog.records] == ["Error in trying to decode JSON off our read."]

@@ -48,7 +48,7 @@ class NotebookPreset(Config):
     n_train: int = opt(32, "training examples of each target fine-tune", check=POSITIVE_INT)
     n_test: int = opt(64, "test examples", check=POSITIVE_INT)
     n_val: int = opt(32, "validation examples notebook 5's learning rates are chosen on", check=POSITIVE_INT)
-    epochs: int = opt(3, "epochs of each target fine-tune", check=POSITIVE_INT)
+    epochs: int = opt(4, "epochs of each target fine-tune", check=POSITIVE_INT)
     prior_epochs: int = opt(2, "epochs of the prior fine-tune", check=POSITIVE_INT)
     prior_n_train: int = opt(128, "training examples of the prior fine-tune", check=POSITIVE_INT)
     prior_lr: float = opt(2e-4, "learning rate of the prior fine-tune", check=OPEN_UNIT)

@@ -6,6 +6,9 @@ Every function returns a new ``go.Figure`` (no global state), so the same figure
 
 from __future__ import annotations
 
+import functools
+import importlib
+import logging
 import os
 import shutil
 import warnings
@@ -481,12 +484,32 @@ def chromium_path() -> str | None:
     return None
 
 
+class _DropIgnoredBrowserMessage(logging.Filter):
+    """Drop choreographer's traceback for a browser message it could not decode and ignores.
+
+    Kaleido's browser pipe sometimes reads a message in pieces; choreographer logs the piece with a full traceback,
+    ignores it, and the export goes on (the PNG is written, or the export raises). The traceback says nothing a user
+    can act on, so it is not printed into notebooks and command output.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("JSONError decoding message")
+
+
+@functools.cache
+def _quiet_browser_pipe() -> None:
+    """Filter the logger of choreographer's pipe to the browser, once; imported first so it is logistro's logger."""
+    importlib.import_module("choreographer.channels.pipe")
+    logging.getLogger("choreographer.channels.pipe").addFilter(_DropIgnoredBrowserMessage())
+
+
 def _write_png(fig: go.Figure, path: Path, attempts: int = 3) -> None:
     """Kaleido's PNG export, retried.
 
     On a busy machine its Chromium tab can be asked to render before the tab's own script has loaded
     (``ReferenceError: kaleido_scopes is not defined``).
     """
+    _quiet_browser_pipe()
     for attempt in range(1, attempts + 1):
         try:
             fig.write_image(str(path), format="png", width=1000, height=fig.layout.height or 500)

@@ -304,6 +304,26 @@ def method_run(work_dir: str | Path, task: str, method: str = "profile") -> RunR
     return load_results(folder / "results.json")
 
 
+def stop_summary(result: RunResults) -> str:
+    """What the early-stopping rule, recorded in observe mode, did in one run.
+
+    Where it fired, the epochs that saves, and the test accuracy at the stop epoch beside the full budget's.
+    """
+    stop, epochs, threshold = result["stop_epoch"], result["config"]["epochs"], result["stop_threshold"]
+    if not stop:
+        return f"normalized drift stayed above {threshold}: no stop within {epochs} epochs"
+    acc = result["epoch_test_accuracy"]
+    saved = (
+        f"{epochs - stop} of {epochs} epochs saved"
+        if stop < epochs
+        else "only at the last epoch: nothing saved at this budget (more epochs give the rule room)"
+    )
+    return (
+        f"would stop after epoch {stop} of {epochs} ({saved}); test accuracy at the stop epoch {acc[stop - 1]:.3f} "
+        f"vs the full budget {acc[-1]:.3f}"
+    )
+
+
 def method_intervals(results: Mapping[str, RunResults], reference: str = "full") -> pd.DataFrame:
     """Each method's test score and its difference from ``reference`` with a paired 95% interval over test rows.
 
