@@ -84,7 +84,8 @@ NOTEBOOK_PRESETS: dict[str, NotebookPreset] = {
     ),
     # sized for `make run` to stay near 15 min here: the prior fine-tune (128 examples x 2 epochs at 2e-4) still
     # moves the weights well past the noise floor (notebook 3 prints the check); notebook 5's six fine-tunes (two
-    # rates per method) train on 32 rows x 3 epochs
+    # rates per method) train on 32 rows x 4 epochs: room for the early-stopping rule (it fires from epoch 2) to
+    # save an epoch
     "default": NotebookPreset(),
 }
 #: figures each notebook exports (stems under the figures folder)
