@@ -5,9 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from scipy.stats import t as scipy_t
+from scipy.stats import ttest_1samp
 
+from topotuner_lab._io.errors import ParameterError
 from topotuner_lab.study.claims import (
     FALLBACK_MARGIN,
+    ClaimRules,
     Margin,
     claim_results,
     competitive_margin,
@@ -22,7 +26,11 @@ from topotuner_lab.study.stats import (
     Interval,
     bootstrap_ratio,
     bootstrap_stat,
+    conservative,
     paired_bootstrap,
+    seed_level_interval,
+    seed_level_p,
+    two_way_bootstrap,
     verdict,
 )
 
@@ -180,7 +188,7 @@ def test_the_margin_is_a_share_of_the_zero_shot_to_full_ft_gain():
     gained = results.assign(test_acc_before=results["test_acc"] - 0.3)  # full FT gains 0.3 over zero-shot
     margin = competitive_margin(runs_at_chosen_rate(gained), share=0.1)
     assert margin.value == pytest.approx(0.03) and "0.1 x the zero-shot -> full FT gain" in margin.reason
-    claims = {c.claim: c for c in claim_results(gained, correct, margin_share=0.2)}
+    claims = {c.claim: c for c in claim_results(gained, correct, ClaimRules(margin_share=0.2))}
     assert claims["competitive with full fine-tuning"].threshold == pytest.approx(-0.06)
     lost = competitive_margin(runs_at_chosen_rate(results.assign(test_acc_before=1.0)), share=0.1)
     assert lost.value == 0.0 and "no gain, so no loss is allowed" in lost.reason
@@ -292,3 +300,53 @@ def test_forgetting_by_text_nll_and_accuracy_at_the_stop_epoch_are_paired_claims
     assert at_last["high-drift@0.01"].estimate == 0 and at_last["high-drift@0.01"].verdict == "not testable here"
     # results of a version without per-text values: no claim, no error
     assert not [c for c in claim_results(results, correct) if "NLL" in c.claim]
+
+
+def _seed_noisy(seeds: int, shift: float, seed_sd: float, examples: int = 4000) -> tuple[np.ndarray, np.ndarray]:
+    """Per-seed scores of two arms on shared examples: ``a`` beats ``b`` by ``shift`` plus a per-seed offset."""
+    rng = np.random.default_rng(7)
+    base = rng.normal(0.0, 1.0, examples)
+    offsets = rng.normal(shift, seed_sd, seeds)
+    a = np.stack([base + o + rng.normal(0, 0.01, examples) for o in offsets])
+    return a, np.stack([base] * seeds)
+
+
+def test_the_seed_level_interval_uses_seeds_as_units():
+    a, b = _seed_noisy(seeds=5, shift=0.05, seed_sd=0.05)
+    seed_level = seed_level_interval(a, b)
+    diffs = (a - b).mean(axis=1)
+    half = scipy_t.ppf(0.975, 4) * diffs.std(ddof=1) / np.sqrt(5)
+    assert (seed_level.low, seed_level.high) == pytest.approx((diffs.mean() - half, diffs.mean() + half))
+    assert seed_level_interval(a[:1], b[:1]).low == -np.inf  # one seed measures no training noise
+    assert seed_level_p(diffs) == pytest.approx(ttest_1samp(diffs, 0.0).pvalue)
+
+
+def test_a_verdict_must_hold_under_both_intervals():
+    # 5 seeds with large seed noise: the two-way bootstrap clears 0, the t interval on 4 degrees of freedom does not
+    a, b = _seed_noisy(seeds=5, shift=0.02, seed_sd=0.03)
+    boot, seed_level = two_way_bootstrap(a, b), seed_level_interval(a, b)
+    assert boot.low > 0 > seed_level.low
+    both = conservative(boot, seed_level)
+    assert (both.low, both.high) == (min(boot.low, seed_level.low), max(boot.high, seed_level.high))
+    assert verdict(boot) == HELD and verdict(both) == INCONCLUSIVE
+
+
+def test_rules_fix_margins_before_the_runs_and_measure_by_log_probability():
+    rng = np.random.default_rng(1)
+    full = (rng.random(600) < 0.8).astype(int)
+    results, correct = _results(full, full, full, control_correct=full)
+    fixed = {c.claim: c for c in claim_results(results, correct, ClaimRules(margins={"agnews": 0.02}))}
+    assert fixed["competitive with full fine-tuning"].threshold == pytest.approx(-0.02)  # not the fallback 0.03
+
+    def with_logloss(run_dir, key):
+        if key == "test_example_metrics":
+            return {"logloss": [0.5 if c else 2.0 for c in correct(run_dir, "test_correct")]}
+        return correct(run_dir, key)
+
+    rules = ClaimRules(margins={"agnews": 0.1}, measure="logprob", seed_level=True)
+    by_logprob = {c.claim: c for c in claim_results(results, with_logloss, rules)}
+    thesis = by_logprob["high drift beats low drift (the thesis)"]
+    assert thesis.measure.endswith("(test gold-label log-probability, nats)")
+    assert thesis.estimate == pytest.approx(1.5 * (2 * full.mean() - 1))  # -0.5 vs -2.0 where high / low is right
+    with pytest.raises(ParameterError, match="need a margin fixed in the preset"):
+        claim_results(results, with_logloss, ClaimRules(measure="logprob"))

@@ -10,15 +10,16 @@ recipe at each budget), never the better of several on any data; each control ge
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import cast
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
-from topotuner_lab._io.errors import TaskError
+from topotuner_lab._io.errors import ParameterError, TaskError
 from topotuner_lab.study.plan import DEFAULT_RECIPE, with_key_columns
 from topotuner_lab.study.power import Design, size_to_decide, two_sided_z
 from topotuner_lab.study.presets import DEFAULT_MARGIN_SHARE
@@ -30,7 +31,10 @@ from topotuner_lab.study.stats import (
     UNTESTABLE,
     Interval,
     bootstrap_ratio,
+    conservative,
     holm,
+    seed_level_interval,
+    seed_level_p,
     two_sided_p,
     two_way_bootstrap,
     verdict,
@@ -169,6 +173,8 @@ def _result(
         else ""
     )
     p = two_sided_p(interval.draws, threshold) if interval.draws is not None else None
+    if p is not None and interval.seed_diffs is not None:  # the seed-level test too: the larger p-value counts
+        p = max(p, seed_level_p(interval.seed_diffs, threshold))
     return ClaimResult(
         claim,
         setting,
@@ -219,8 +225,10 @@ def with_holm(claims: list[ClaimResult], primary: str) -> list[ClaimResult]:
     return out
 
 
-def _scored(where: str | pd.DataFrame) -> str:
+def _scored(where: str | pd.DataFrame, measure: str = "accuracy") -> str:
     """``test <metric>`` of a target task (or of a group of runs on one target): what its claims compare."""
+    if measure == "logprob":
+        return "test gold-label log-probability, nats"
     task = where if isinstance(where, str) else str(where["target"].iloc[0])
     try:
         return f"test {get_task(task).metric_label}"
@@ -228,29 +236,74 @@ def _scored(where: str | pd.DataFrame) -> str:
         return "test score"
 
 
-def claim_results(
-    results: pd.DataFrame, correct: Callable[[str, str], list[int]], margin_share: float = DEFAULT_MARGIN_SHARE
-) -> list[ClaimResult]:
-    """Every claim for every (prior, target) setting of ``results``.
+@dataclass(frozen=True)
+class ClaimRules:
+    """How a comparison's paired claims are judged, fixed in its preset before any run.
 
-    Non-inferiority claims use each target's :func:`competitive_margin` (``margin_share`` of its gain).
+    ``margins`` fixes a target's non-inferiority margin (and the difference claims' equivalence band) in the claim
+    measure's units; a target without one gets ``margin_share`` of its zero-shot -> full FT gain. ``seed_level``
+    widens every paired interval to cover a Student-t interval over the per-seed differences (the verdict must hold
+    under both). ``measure`` is what the target-score claims compare per test example: ``accuracy`` (the task
+    metric) or ``logprob`` (the gold label's log-probability among the labels, a continuous measure with less
+    example noise; label-likelihood tasks only).
+    """
+
+    margin_share: float = DEFAULT_MARGIN_SHARE
+    margins: Mapping[str, float] = field(default_factory=dict)
+    seed_level: bool = False
+    measure: str = "accuracy"
+
+    def margin(self, target: str, group: pd.DataFrame) -> Margin:
+        """The target's margin: the fixed one where the preset states it, else a share of the measured gain."""
+        if target in self.margins:
+            return Margin(float(self.margins[target]), f"{self.margins[target]:g}, fixed in the preset before the runs")
+        if self.measure != "accuracy":
+            raise ParameterError(
+                f"claims measured by {self.measure} on {target} need a margin fixed in the preset",
+                f"add {target}: <margin in {self.measure} units> to the preset's margins",
+            )
+        return competitive_margin(group, self.margin_share)
+
+
+#: the per-example key a claim measure reads from ``results.json`` (``logprob`` is derived from the label log-loss)
+MEASURE_KEYS = {"accuracy": "test_correct", "logprob": "logprob"}
+
+
+def paired_interval(a: ArrayLike, b: ArrayLike, seed_level: bool = False) -> Interval:
+    """The two-way bootstrap interval of mean(a) - mean(b), widened to the seed-level one when asked."""
+    interval = two_way_bootstrap(a, b)
+    return conservative(interval, seed_level_interval(a, b)) if seed_level else interval
+
+
+def claim_results(
+    results: pd.DataFrame, correct: Callable[[str, str], list[int]], rules: ClaimRules | None = None
+) -> list[ClaimResult]:
+    """Every claim for every (prior, target) setting of ``results``, judged by ``rules`` (:class:`ClaimRules`).
+
+    Non-inferiority claims use each target's margin (:meth:`ClaimRules.margin`).
 
     ``correct(run_dir, key)`` returns a run's per-example list under ``key`` of its ``results.json``
     (``test_correct``, ``ood_correct_after``, ``stop_epoch_test_correct``, ``ppl_nll_before``...); a key the run
     did not record raises ``KeyError``.
     """
+    rules = rules or ClaimRules()
     runs = runs_at_chosen_rate(results)
     claims: list[ClaimResult] = []
 
+    def read(run_dir: str, key: str) -> Sequence[float]:
+        if key == "logprob":
+            return [-x for x in cast(dict, correct(run_dir, "test_example_metrics"))["logloss"]]
+        return correct(run_dir, key)
+
     def stacked(group: pd.DataFrame, name: str, seeds: list[int], key: str) -> np.ndarray:
         rows = group[group["run"] == name].set_index("seed").loc[seeds]
-        return np.array([correct(run_dir, key) for run_dir in rows["run_dir"]])
+        return np.array([read(run_dir, key) for run_dir in rows["run_dir"]])
 
-    def paired(group: pd.DataFrame, a: str, b: str, key: str = "test_correct") -> Interval:
+    def paired(group: pd.DataFrame, a: str, b: str, key: str = MEASURE_KEYS[rules.measure]) -> Interval:
         seeds = sorted(set(group.loc[group["run"] == a, "seed"]) & set(group.loc[group["run"] == b, "seed"]))
-        return two_way_bootstrap(stacked(group, a, seeds, key), stacked(group, b, seeds, key))
+        return paired_interval(stacked(group, a, seeds, key), stacked(group, b, seeds, key), rules.seed_level)
 
-    margins = {t: competitive_margin(g, margin_share).value for t, g in runs.groupby("target", sort=False)}
+    margins = {t: rules.margin(t, g).value for t, g in runs.groupby("target", sort=False)}
     for (prior, target), group in runs.groupby(["prior", "target"], sort=False):
         setting = f"{prior} -> {target}"
         margin = margins[target]  # the competitive claim's allowance, and the difference claims' equivalence band
@@ -263,7 +316,7 @@ def claim_results(
                     _result(
                         "competitive with full fine-tuning",
                         setting,
-                        f"{card} - full ({_scored(target)})",
+                        f"{card} - full ({_scored(target, rules.measure)})",
                         paired(group, card, "full"),
                         -margin,
                     )
@@ -285,19 +338,19 @@ def claim_results(
                     _result(
                         "beats LoRA at a matched budget",
                         setting,
-                        f"{cards[budget]} - {lora} ({_scored(target)})",
+                        f"{cards[budget]} - {lora} ({_scored(target, rules.measure)})",
                         paired(group, cards[budget], lora),
                         0.0,
                         band=margin,
                     )
                 )
-        claims += _selector_claims(group, setting, paired, margin, cards) + _thesis_claims(
-            group, setting, paired, margin
+        claims += _selector_claims(group, setting, paired, margin, cards, rules.measure) + _thesis_claims(
+            group, setting, paired, margin, rules.measure
         )
         if has_full:
             for card in cards.values():
-                claims += _forgetting_nll_claim(group, setting, card, correct)
-        claims += _stop_accuracy_claims(group, setting, correct, margin, list(cards.values()))
+                claims += _forgetting_nll_claim(group, setting, card, correct, rules.seed_level)
+        claims += _stop_accuracy_claims(group, setting, correct, margin, list(cards.values()), rules.seed_level)
         for budget, card in cards.items():
             controls = _default_cards(group, budget)
             for control in sorted(set(controls.loc[controls["strategy"].isin(CONTROLS), "run"])):
@@ -305,7 +358,7 @@ def claim_results(
                     _result(
                         "topology beats the controls (not a paper claim)",
                         setting,
-                        f"{card} - {control} ({_scored(target)})",
+                        f"{card} - {control} ({_scored(target, rules.measure)})",
                         paired(group, card, control),
                         0.0,
                         band=margin,
@@ -322,7 +375,7 @@ def _per_seed(group: pd.DataFrame, name: str, read: Callable[[str], Sequence[flo
 
 
 def _forgetting_nll_claim(
-    group: pd.DataFrame, setting: str, card: str, correct: Callable[[str, str], list[int]]
+    group: pd.DataFrame, setting: str, card: str, correct: Callable[[str, str], list[int]], seed_level: bool = False
 ) -> list[ClaimResult]:
     """Forgetting as the rise of each held-out text's NLL (after - before), the card against full FT, paired.
 
@@ -347,7 +400,7 @@ def _forgetting_nll_claim(
             "less forgetting than full FT (held-out text NLL)",
             setting,
             f"{card} - full (rise of each held-out text's mean NLL, nats)",
-            two_way_bootstrap(x[:, keep], y[:, keep]),
+            paired_interval(x[:, keep], y[:, keep], seed_level),
             0.0,
             higher_is_better=False,
         )
@@ -355,7 +408,12 @@ def _forgetting_nll_claim(
 
 
 def _stop_accuracy_claims(
-    group: pd.DataFrame, setting: str, correct: Callable[[str, str], list[int]], margin: float, cards: list[str]
+    group: pd.DataFrame,
+    setting: str,
+    correct: Callable[[str, str], list[int]],
+    margin: float,
+    cards: list[str],
+    seed_level: bool = False,
 ) -> list[ClaimResult]:
     """Accuracy at the stop epoch against the same runs' full budget, per topology card (non-inferiority, paired).
 
@@ -382,7 +440,7 @@ def _stop_accuracy_claims(
             "early stopping keeps the accuracy",
             setting,
             f"{name}: accuracy at the stop epoch - after the full budget",
-            two_way_bootstrap([stop[s] for s in seeds], [full[s] for s in seeds]),
+            paired_interval([stop[s] for s in seeds], [full[s] for s in seeds], seed_level),
             -margin,
         )
         # a rule that never fired before the full budget says nothing about the accuracy it keeps
@@ -391,7 +449,11 @@ def _stop_accuracy_claims(
 
 
 def _thesis_claims(
-    group: pd.DataFrame, setting: str, paired: Callable[[pd.DataFrame, str, str], Interval], band: float
+    group: pd.DataFrame,
+    setting: str,
+    paired: Callable[[pd.DataFrame, str, str], Interval],
+    band: float,
+    measure: str = "accuracy",
 ) -> list[ClaimResult]:
     """The direct test of the thesis: the high-drift card against the low-drift card at the same budget and recipe."""
     cards = group[group["method"] == "profile"].drop_duplicates("run")
@@ -404,7 +466,7 @@ def _thesis_claims(
                 _result(
                     "high drift beats low drift (the thesis)",
                     setting,
-                    f"{a} - {b} ({_scored(group)})",
+                    f"{a} - {b} ({_scored(group, measure)})",
                     paired(group, a, b),
                     0.0,
                     band=band,
@@ -419,6 +481,7 @@ def _selector_claims(
     paired: Callable[[pd.DataFrame, str, str], Interval],
     band: float,
     topology: dict[float, str],
+    measure: str = "accuracy",
 ) -> list[ClaimResult]:
     """Each budget's pre-specified topology card (``topology``, :func:`topology_card`) against every other selector.
 
@@ -438,7 +501,7 @@ def _selector_claims(
                 _result(
                     "topology beats the field's selectors (not a paper claim)",
                     setting,
-                    f"{name} - {other} ({_scored(group)})",
+                    f"{name} - {other} ({_scored(group, measure)})",
                     paired(group, name, other),
                     0.0,
                     band=band,
