@@ -65,3 +65,27 @@ def test_state_round_trip_for_checkpoints():
 def test_bad_thresholds(threshold):
     with pytest.raises(ParameterError, match="threshold"):
         TopologicalEarlyStopping(threshold)
+
+
+def test_each_epoch_records_the_mean_drift_from_the_starting_weights(tiny_llama):
+    import copy
+
+    from topotuner_lab.drift.cache import DriftCache
+    from topotuner_lab.drift.compute import drift_between
+
+    model = copy.deepcopy(tiny_llama.model)
+    start = projection_matrices(model, ["L0.q", "L1.v"])
+    cb, _ = _drive(model, [0.05, 0.05], threshold=0.3, pids=["L0.q", "L1.v"], observe_only=True)
+    table = drift_between(
+        start, projection_matrices(model, ["L0.q", "L1.v"]), cb.settings, n_jobs=1, cache=DriftCache(None)
+    )
+    assert cb.history[-1]["from_pretrained"] == pytest.approx(float(table["h0_w1"].mean()))
+    assert 0 < cb.history[0]["from_pretrained"] < cb.history[1]["from_pretrained"]  # the moves add up
+
+    resumed = TopologicalEarlyStopping(0.3, pids=["L0.q"])
+    state = TrainerState()
+    state.epoch = 2.0  # a run resumed from a checkpoint does not start at the pretrained weights
+    resumed.on_train_begin(None, state, TrainerControl(), model=model)
+    state.epoch = 3.0
+    resumed.on_epoch_end(None, state, TrainerControl(), model=model)
+    assert resumed.history[0]["from_pretrained"] is None

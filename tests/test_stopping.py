@@ -50,3 +50,17 @@ def test_threshold_sweep_from_stored_histories():
     assert sweep.loc[0.5, "median_stop"] == 4.0  # stops 2, 4 and never (6)
     assert sweep.loc[0.5, "acc_at_stop_minus_end"] == pytest.approx(((0.80 - 0.85) + (0.80 - 0.80)) / 2)
     assert sweep.loc[0.7, "share"] == pytest.approx(2 / 3) and sweep.loc[0.7, "share_low"] < 2 / 3
+
+
+def test_the_authors_rule_fires_at_the_first_epoch_close_enough_to_the_pretrained_weights():
+    from topotuner_lab.study.stopping import eta_grid, eta_stop_epoch
+
+    distances = [0.9, 0.5, 0.3, 0.2]  # a rule on the distance itself, not on its epoch-to-epoch change
+    assert eta_stop_epoch(distances, 0.5) == 2 and eta_stop_epoch(distances, 0.25) == 4
+    assert eta_stop_epoch(distances, 0.1) is None and eta_stop_epoch([0.1, 0.9], 0.5) is None  # never at epoch 1
+    assert eta_stop_epoch([0.9, None, 0.1], 0.5) == 3  # an epoch without a recorded distance never fires
+    grid = eta_grid([distances, [None, 1.1]], points=5)
+    assert grid[0] == 0.2 and grid[-1] == 1.1 and len(grid) == 5
+    sweep = threshold_sweep([(distances, [0.5, 0.6, 0.7, 0.8])], budget=4, thresholds=(0.5, 0.25), rule=eta_stop_epoch)
+    assert list(sweep["median_stop"]) == [2.0, 4.0]
+    assert sweep["acc_at_stop_minus_end"].iloc[0] == pytest.approx(0.6 - 0.8)

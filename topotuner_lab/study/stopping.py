@@ -5,11 +5,16 @@ each epoch, its test accuracy per epoch. The stop epoch at another threshold is 
 (:func:`stop_epoch_at` applies the callback's own rule), so a threshold sweep costs nothing
 (:func:`threshold_sweep`). "Stops early" is judged as a share of runs with an exact binomial interval
 (:func:`share_interval`).
+
+Two rules are replayed: the callback's own (normalized epoch-to-epoch drift below a threshold, :func:`stop_epoch_at`)
+and the authors' (``FDataLab/TopoTuner``, ``codes/utils/plot_topology_stopping_eta.py``: the first epoch t >= 2 whose
+mean H0 W1 distance from the pretrained weights is <= eta, :func:`eta_stop_epoch`), each over a grid of its
+thresholds (:func:`threshold_sweep` with ``rule``; :func:`eta_grid` spans the distances the runs recorded).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,6 +32,25 @@ def stop_epoch_at(normalized: Sequence[float], threshold: float, earliest: int =
         if epoch >= earliest and value < threshold:
             return epoch
     return None
+
+
+def eta_stop_epoch(distances: Sequence[float | None], eta: float, earliest: int = EARLIEST_STOP) -> int | None:
+    """The authors' rule: the first epoch from ``earliest`` on whose distance from the pretrained weights is <= eta.
+
+    Epochs with no recorded distance (a resumed run) never fire.
+    """
+    for epoch, value in enumerate(distances, start=1):
+        if epoch >= earliest and value is not None and value <= eta:
+            return epoch
+    return None
+
+
+def eta_grid(runs: Sequence[Sequence[float | None]], points: int = 100) -> tuple[float, ...]:
+    """``points`` values of eta evenly spaced over the distances the runs recorded (the authors sweep 100)."""
+    values = [v for run in runs for v in run if v is not None and np.isfinite(v)]
+    if not values:
+        return ()
+    return tuple(float(x) for x in np.linspace(min(values), max(values), points))
 
 
 def share_interval(hits: int, runs: int, level: float = 0.95) -> Interval:
@@ -56,19 +80,26 @@ def early_by(budget: int) -> int:
     return budget // 2
 
 
+StopRule = Callable[[Sequence[float], float], "int | None"]
+
+
 def threshold_sweep(
-    runs: Sequence[tuple[Sequence[float], Sequence[float]]], budget: int, thresholds: Sequence[float] = SWEEP_THRESHOLDS
+    runs: Sequence[tuple[Sequence[float], Sequence[float]]],
+    budget: int,
+    thresholds: Sequence[float] = SWEEP_THRESHOLDS,
+    rule: StopRule = stop_epoch_at,
 ) -> pd.DataFrame:
     """Per threshold: stop epochs from the stored drift, the share stopping early, accuracy at stop minus at the end.
 
-    Early is by :func:`early_by` of ``budget``. ``runs`` holds per run its normalized drift per epoch and its test
-    accuracy per epoch (empty when the run did not evaluate each epoch: its accuracy change is left out). A run that
-    never stops counts as not early, accuracy change 0.
+    Early is by :func:`early_by` of ``budget``. ``runs`` holds per run the signal ``rule`` reads per epoch (normalized
+    drift for :func:`stop_epoch_at`, the distance from the pretrained weights for :func:`eta_stop_epoch`) and its
+    test accuracy per epoch (empty when the run did not evaluate each epoch: its accuracy change is left out). A run
+    that never stops counts as not early, accuracy change 0.
     """
     rows = []
     by = early_by(budget)
     for threshold in thresholds:
-        stops = [stop_epoch_at(drift, threshold) for drift, _ in runs]
+        stops = [rule(signal, threshold) for signal, _ in runs]
         early = sum(s is not None and s <= by for s in stops)
         share = share_interval(early, len(runs))
         changes = [

@@ -4,6 +4,9 @@ After each epoch the callback computes the epoch-to-epoch drift of the monitored
 (sum over them of one drift-table column, H0 Wasserstein-1 by default). It normalizes that
 drift by the first epoch's drift (epoch 0 -> 1), so the first epoch is 1.0 by definition, and
 stops training once the normalized drift falls below ``threshold`` (from epoch ``min_epochs`` on).
+Each epoch also records the mean drift of the monitored projections from the weights training started from
+(``from_pretrained``), the quantity of the authors' other rule (stop at the first epoch t >= 2 whose distance from
+the pretrained weights is <= eta), so both rules can be replayed from a run's history without retraining.
 With ``observe_only=True`` it records the epoch at which it would have stopped and lets training
 run its full budget, so both accuracies can be compared.
 """
@@ -91,10 +94,11 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
             )
         self.min_epochs = min_epochs
         self.observe_only = observe_only
-        self.history: list[dict[str, float]] = []
+        self.history: list[dict[str, float | None]] = []
         self.reference: float | None = None
         self.stop_epoch: int | None = None
         self._previous: dict[str, np.ndarray] | None = None
+        self._start: dict[str, np.ndarray] | None = None
 
     # transformers saves this with checkpoints (ExportableState), so a resumed run keeps its history
     def state(self) -> dict[str, Any]:
@@ -114,6 +118,8 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         """Copy the monitored matrices, which the first epoch's drift is measured from; refuse ids the model lacks."""
         self._previous = projection_matrices(model, self.pids)
+        # a resumed run starts from a checkpoint, not the pretrained weights: it records no distance from them
+        self._start = self._previous if not state.epoch else None
         missing = sorted(set(self.pids or ()) - set(self._previous))
         if missing:
             raise ParameterError(
@@ -134,9 +140,19 @@ class TopologicalEarlyStopping(TrainerCallback, ExportableState):
         if self.reference is None:
             self.reference = drift if drift > 0 else float("nan")
         normalized = drift / self.reference if self.reference else float("nan")
+        from_start = None
+        if self._start is not None:
+            since_start = drift_between(self._start, current, self.settings, n_jobs=1, cache=DriftCache(None))
+            from_start = float(since_start[self.metric].mean())
         epoch = int(round(state.epoch or len(self.history) + 1))
         self.history.append(
-            {"epoch": epoch, "drift": drift, "normalized": normalized, "seconds": time.perf_counter() - start}
+            {
+                "epoch": epoch,
+                "drift": drift,
+                "normalized": normalized,
+                "from_pretrained": from_start,
+                "seconds": time.perf_counter() - start,
+            }
         )
         state.log_history.append({"epoch": epoch, "topo_drift": drift, "topo_drift_normalized": normalized})
         if self.stop_epoch is None and epoch >= self.min_epochs and normalized < self.threshold:
