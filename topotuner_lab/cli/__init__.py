@@ -59,10 +59,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     shown = warnings.showwarning
     warnings.showwarning = _show_warning
-    if getattr(args, "command", None) == "reproduce" and args.output is None:
-        args.output = f"runs/reproduce-{args.preset}"
-    if getattr(args, "command", None) == "run-notebooks" and args.output is None:
-        args.output = f"runs/notebooks-{args.preset}"
     func: Callable[[argparse.Namespace], None] = args.func
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import shutil
+import textwrap
+from pathlib import Path
 
 from topotuner_lab._io.outputs import check_output_dir, check_writable
+from topotuner_lab._io.yaml_files import summary
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> None:
@@ -13,12 +17,13 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
     from topotuner_lab.study.protocol import run_study
 
     preset = get_preset(args.preset)
-    check_output_dir(args.output, "output folder")
-    report = args.report or ("docs/RESULTS.md" if args.preset.startswith("cpu-") else f"{args.output}/RESULTS.md")
+    output = args.output or f"runs/reproduce-{Path(args.preset).stem}"  # a preset file's name without .yaml
+    check_output_dir(output, "output folder")
+    report = args.report or f"{output}/RESULTS.md"
     check_writable(report, "report", suffixes=(".md",))
-    results = run_study(preset, args.output)
-    write_report(args.output, report, f"topotuner-lab reproduce --preset {args.preset}")
-    print(f"wrote {args.output}/results.csv ({len(results)} runs) and {report}")
+    results = run_study(preset, output)
+    write_report(output, report, f"topotuner-lab reproduce --preset {args.preset}")
+    print(f"wrote {output}/results.csv ({len(results)} runs) and {report}")
 
 
 def _cmd_report(args: argparse.Namespace) -> None:
@@ -33,26 +38,56 @@ def _cmd_report(args: argparse.Namespace) -> None:
 def _cmd_run_notebooks(args: argparse.Namespace) -> None:
     from topotuner_lab.lab.notebooks import run_notebooks
 
-    check_output_dir(args.output, "output folder")
-    executed = run_notebooks(args.preset, args.output, dict(args.param or []))
-    print(f"executed {len(executed)} notebooks into {args.output}/executed; figures in {args.output}/figures")
+    output = args.output or f"runs/notebooks-{args.preset}"
+    check_output_dir(output, "output folder")
+    executed = run_notebooks(args.preset, output, dict(args.param or []))
+    print(f"executed {len(executed)} notebooks into {output}/executed; figures in {output}/figures")
+
+
+def _preset_list() -> str:
+    """The shipped presets, one per line with the first line of its file, for ``reproduce --help``."""
+    from topotuner_lab.study.presets import PRESETS
+
+    width = max(map(len, PRESETS)) + 4
+    columns = max(shutil.get_terminal_size().columns - 2, 60)
+    listed = [
+        textwrap.fill(
+            summary(PRESETS.path(name)),
+            columns,
+            initial_indent=f"  {name:<{width - 2}}",
+            subsequent_indent=" " * width,
+        )
+        for name in PRESETS
+    ]
+    own = (
+        "A preset of your own: copy one of these files, change what you need and pass its path to --preset; fields "
+        "left out take their defaults. Times are on 2 CPU cores."
+    )
+    return "\n".join([f"presets (commented YAML files in {PRESETS.folder}):", *listed, "", textwrap.fill(own, columns)])
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``reproduce``, ``report`` and ``run-notebooks``."""
     from topotuner_lab.lab.notebooks import NOTEBOOK_PRESETS
 
-    rp = sub.add_parser("reproduce", help="the paper's comparison at a preset size (resumable)")
+    rp = sub.add_parser(
+        "reproduce",
+        help="the paper's comparison at a preset size (resumable)",
+        description="Run the comparison a preset describes, then write its Markdown report.\nResumable: run the same "
+        "command again and finished runs are skipped.",
+        epilog=_preset_list(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     rp.add_argument(
         "--preset",
         default="compare",
-        help="tiny, tiny-selectors, families-tiny (CI), compare, cpu-small (~1.5 h here), cpu-both (~7 h), selectors "
-        "(~1 h), models (drift only, three model families), families (task families, ~2 h), cpu-decide (issue 19's "
-        "pre-registered comparison, ~10 h over several sittings), gpu-paper (the paper's setting, a GPU machine) "
-        "(default: %(default)s)",
+        metavar="NAME_OR_FILE",
+        help="a preset's name (listed below) or the path of a preset .yaml file (default: %(default)s)",
     )
     rp.add_argument("-o", "--output", default=None, help="output folder (default: runs/reproduce-PRESET)")
-    rp.add_argument("--report", default=None, help="where to write the Markdown report (cpu-small: docs/RESULTS.md)")
+    rp.add_argument(
+        "--report", default=None, help="where to write the Markdown report (default: RESULTS.md in the output folder)"
+    )
     rp.set_defaults(func=_cmd_reproduce)
 
     rep = sub.add_parser("report", help="render a comparison folder's Markdown report again (computes nothing)")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from topotuner_lab._io.config import NON_NEGATIVE_INT, Check, Config, is_real, opt, optional
 from topotuner_lab._io.errors import ParameterError
+from topotuner_lab._io.yaml_files import YamlFolder, in_file, read_mapping
 from topotuner_lab.drift import columns
 from topotuner_lab.topology.distances import SOLVERS, Solver
 from topotuner_lab.topology.persistence import AT_LEAST_3_ROWS, METRICS, Metric, PersistenceSettings
@@ -22,13 +25,21 @@ SUBSAMPLE = optional(AT_LEAST_3_ROWS)
 #: rows kept per matrix for cosine H1 (``subsample``), measured on SmolLM2-135M (benchmarks/bench_cosine_h1.py)
 COSINE_H1_SUBSAMPLE = 256
 GROUND = Check(lambda v: is_real(v) and v >= 1 or v == float("inf"), "a number >= 1, or inf")
-#: named recipes: the lab's defaults, and the authors' reference scripts (FDataLab/TopoTuner): Vietoris–Rips on the
-#: cosine distance between rows, H0 only, Wasserstein-1 with gudhi's default ground metric (internal_p = inf); their
-#: per-kind ranking is a card's per-kind budget (``--per-kind``)
-RECIPES: dict[str, dict[str, Any]] = {
-    "default": {},
-    "reference": {"maxdim": 0, "metric": "cosine", "orders": (1.0,), "bottleneck": False, "internal_p": float("inf")},
-}
+#: where the named recipes live, one commented YAML file each: ``default`` (the lab's) and ``reference`` (the
+#: authors' scripts)
+RECIPE_DIR = Path(__file__).parent / "recipes"
+
+
+def read_recipe(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The fields a recipe file sets, checked as :class:`DriftSettings` fields (lists read as the declared tuples)."""
+    data = read_mapping(path, "drift recipe", f"give a recipe file in {RECIPE_DIR}")
+    with in_file(path):
+        settings = DriftSettings.from_dict(data)
+    return {name: getattr(settings, name) for name in data}
+
+
+#: the named recipes, by name: the settings each file of :data:`RECIPE_DIR` sets (the rest take their defaults)
+RECIPES: YamlFolder[dict[str, Any]] = YamlFolder(RECIPE_DIR, read_recipe, "drift recipe")
 
 
 @dataclass(frozen=True)
