@@ -64,6 +64,8 @@ _EXPORTS: dict[str, str] = {
     "build_profile": ".profiles.select",
     "apply_profile": ".profiles.apply",
     "compare_cards": ".profiles.compare",
+    "export_card": ".profiles.export",
+    "upstream_card": ".profiles.upstream",
     "TopologicalEarlyStopping": ".training.early_stopping",
     "FinetuneConfig": ".training.finetune",
     "run_finetune": ".training.finetune",
@@ -103,6 +105,7 @@ __all__ = [
     "compare_cards",
     "diagrams",
     "drift_table",
+    "export_card",
     "extract_snapshot",
     "load_model",
     "load_snapshot",
@@ -114,6 +117,7 @@ __all__ = [
     "save_table",
     "stream_snapshot",
     "transfer_check",
+    "upstream_card",
     "wasserstein",
 ]
 __getattr__, _dir = lazy_exports(__name__, _EXPORTS)
@@ -143,7 +147,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names above loa
     from topotuner_lab.profiles.apply import apply_profile
     from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
     from topotuner_lab.profiles.compare import compare_cards
+    from topotuner_lab.profiles.export import export_card
     from topotuner_lab.profiles.select import build_profile
+    from topotuner_lab.profiles.upstream import upstream_card
     from topotuner_lab.topology.distances import bottleneck, wasserstein
     from topotuner_lab.topology.persistence import Diagrams, PersistenceSettings, diagrams
     from topotuner_lab.training.config import FinetuneConfig

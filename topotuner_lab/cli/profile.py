@@ -1,14 +1,17 @@
-"""``profile``: a profile card from a drift table (which projections train, and why)."""
+"""``profile``: a profile card from a drift table (which projections train, and why), or from the authors' lists."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from topotuner_lab._io.errors import ParameterError
 from topotuner_lab._io.outputs import check_writable, refuse_overwrite
 from topotuner_lab.cli.options import add_config_options, config_from_args
+
+if TYPE_CHECKING:
+    from topotuner_lab.profiles.card import ProfileCard
 
 
 def _pretrained_model(args: argparse.Namespace, pretrained: Any) -> Any:
@@ -72,6 +75,13 @@ def _cmd_profile(args: argparse.Namespace) -> None:
     )
     if args.spectrum:
         check_writable(args.spectrum, "Spectrum YAML", suffixes=(".yaml", ".yml"))
+    if args.from_upstream is not None:
+        return _save(args, _upstream_card(args))
+    if args.table is None or args.pretrained is None or args.prior_task is None:
+        raise ParameterError(
+            "a card is built from a drift table with --pretrained and --prior-task, or from the authors' orderings",
+            "give TABLE --pretrained SNAPSHOT --prior-task TASK, or --from-upstream MODEL",
+        )
     table, pretrained = load_table(args.table), load_snapshot(args.pretrained)
     noise = [load_table(path) for path in args.noise_table or []]
     settings = config_from_args(CardSettings, args)
@@ -84,6 +94,43 @@ def _cmd_profile(args: argparse.Namespace) -> None:
     card = build_profile(table, identity, noise=noise, **settings.to_dict())
     if noise:
         print(noise_check(table, noise, card.metric).message, file=sys.stderr)
+    _save(args, card)
+
+
+def _upstream_card(args: argparse.Namespace) -> ProfileCard:
+    """--from-upstream: the card of the authors' released lists; no table, snapshot, model or budget goes with it."""
+    from topotuner_lab.profiles.upstream import upstream_card
+
+    inputs = {
+        "a drift table": args.table,
+        "--pretrained": args.pretrained,
+        "--prior-task": args.prior_task,
+        "--noise-table": args.noise_table,
+        "--model": args.model,
+        "--gradient-task": args.gradient_task,
+        "--total-params": args.total_params,
+        "--count": args.count,
+        "--budget": args.fraction,
+        "--per-kind": args.per_kind,
+    }
+    given = [name for name, value in inputs.items() if value is not None]
+    if given:
+        raise ParameterError(
+            f"--from-upstream builds the card from the authors' lists alone, and {', '.join(given)} "
+            f"{'was' if len(given) == 1 else 'were'} given too",
+            "leave them out (--size N sets the matrices per kind, --strategy which end trains), or --from-upstream",
+        )
+    return upstream_card(
+        args.from_upstream,
+        selector=args.selector,
+        size=args.size,
+        strategy=args.strategy,
+        source=args.upstream_source,
+    )
+
+
+def _save(args: argparse.Namespace, card: ProfileCard) -> None:
+    """Write the card (and its Spectrum YAML with --spectrum) and say what it trains."""
     card.save(args.output)
     if args.spectrum:
         from topotuner_lab._io import atomic
@@ -98,11 +145,18 @@ def _cmd_profile(args: argparse.Namespace) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``profile``: the card settings' options, then the inputs it is checked against."""
     from topotuner_lab.profiles.select import CardSettings
+    from topotuner_lab.profiles.upstream import SELECTORS, SOURCES, upstream_models
 
-    pr = sub.add_parser("profile", help="build a profile card from a drift table")
-    pr.add_argument("table", help="drift table (.parquet/.csv)")
-    pr.add_argument("--pretrained", required=True, help="snapshot of the pretrained model the table was computed from")
-    add_config_options(pr, CardSettings)
+    pr = sub.add_parser("profile", help="build a profile card from a drift table (or the authors' orderings)")
+    pr.add_argument("table", nargs="?", default=None, help="drift table (.parquet/.csv); none with --from-upstream")
+    pr.add_argument(
+        "--pretrained",
+        default=None,
+        help="snapshot of the pretrained model the table was computed from (required with a drift table)",
+    )
+    add_config_options(pr, CardSettings, skip=("prior_task",))
+    prior = CardSettings.__dataclass_fields__["prior_task"].metadata["help"]
+    pr.add_argument("--prior-task", default=None, help=f"{prior}; required with a drift table")
     pr.add_argument(
         "--noise-table",
         action="append",
@@ -127,6 +181,33 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         help="the model's parameter count (default: the count the snapshot records)",
+    )
+    pr.add_argument(
+        "--from-upstream",
+        metavar="MODEL",
+        default=None,
+        help="build the card from the authors' released layer orderings (FDataLab/TopoTuner) for MODEL, from its "
+        f"config shape alone: {', '.join(upstream_models().values())}; the listed matrices train",
+    )
+    pr.add_argument(
+        "--selector",
+        choices=SELECTORS,
+        default="wasserstein",
+        help="with --from-upstream: the authors' drift ordering, or their norm lists (Qwen3-8B-Base V/O only)",
+    )
+    pr.add_argument(
+        "--size",
+        type=int,
+        default=3,
+        help="with --from-upstream: matrices per kind (the orderings: any number of layers; the V/O lists: 3, 6, 9 "
+        "or 15), from the end --strategy high-drift / low-drift names (default: 3)",
+    )
+    pr.add_argument(
+        "--upstream-source",
+        choices=SOURCES,
+        default=None,
+        help="with --from-upstream: the Q/K/V orderings (every model) or the V/O lists (Qwen3-8B-Base) (default: "
+        "orderings for wasserstein, vo-lists for norm)",
     )
     pr.add_argument("-o", "--output", required=True, help="card .json (a .md view is written beside it)")
     pr.add_argument("--spectrum", default=None, help="also write the unfrozen_parameters YAML (Spectrum/axolotl)")

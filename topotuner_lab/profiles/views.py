@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
-from topotuner_lab._io.errors import ProfileError
 from topotuner_lab.profiles.card import ProfileCard
-from topotuner_lab.weights.projections import enumerate_projections, is_llama_like
+from topotuner_lab.profiles.export import parameter_names
 
 if TYPE_CHECKING:
     import torch
@@ -39,18 +37,12 @@ def card_markdown(card: ProfileCard) -> str:
 
 
 def spectrum_patterns(card: ProfileCard, model: torch.nn.Module | None = None) -> list[str]:
-    """``unfrozen_parameters`` regexes (Spectrum / axolotl format) for the trainable projections."""
-    if model is None:
-        if not is_llama_like(card.model.architecture):
-            raise ProfileError(
-                f"parameter names of a {card.model.architecture!r} model cannot be written without the model",
-                "pass the model (card.to_spectrum_yaml(model)); GPT-2's fused q/k/v can only be unfrozen whole",
-            )
-        return [
-            rf"^model\.layers\.{pid.split('.')[0][1:]}\.self_attn\.{pid[-1]}_proj\.weight$" for pid in card.trainable
-        ]
-    names = {p.pid: p.param_name for p in enumerate_projections(model)}
-    return sorted({"^" + re.escape(names[pid]) + "$" for pid in card.trainable})
+    """``unfrozen_parameters`` patterns (Spectrum / axolotl format) for the trainable projections' weights.
+
+    Anchored names with their dots as they are: axolotl escapes every dot itself, so an escaped one would select
+    nothing (see :mod:`topotuner_lab.profiles.export`).
+    """
+    return [f"^{name}$" for name in parameter_names(card, model)]
 
 
 def spectrum_yaml(card: ProfileCard, model: torch.nn.Module | None = None) -> str:
