@@ -14,7 +14,7 @@ from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.lab.report import sections
 from topotuner_lab.profiles.card import ModelIdentity
 from topotuner_lab.profiles.select import build_profile
-from topotuner_lab.study.claims import ClaimResult
+from topotuner_lab.study.claims import ClaimResult, ClaimRules
 from topotuner_lab.study.plan import RunKey
 from topotuner_lab.study.presets import PRESETS, Preset
 from topotuner_lab.training.config import FinetuneConfig
@@ -722,7 +722,7 @@ def test_transfer_matrix_section_marks_non_commercial_targets_and_needs_two_sett
 
 def test_the_margin_line_says_how_each_target_margin_was_derived():
     runs = _family_runs().assign(test_acc_before=0.40)
-    lines = sections.margin_lines(runs, 0.1)
+    lines = sections.margin_lines(runs, ClaimRules(margin_share=0.1))
     # full FT scores 0.60 on both targets: a gain of 0.20, of which a tenth is the margin
     assert lines == [
         "Margin (boolq): a card is competitive when it loses at most 0.02 acc to full FT: 0.1 x the zero-shot -> "
@@ -730,7 +730,7 @@ def test_the_margin_line_says_how_each_target_margin_was_derived():
         "Margin (dialogsum): a card is competitive when it loses at most 0.02 rougeL to full FT: 0.1 x the "
         "zero-shot -> full FT gain (0.400 -> 0.600).",
     ]
-    assert sections.margin_lines(_family_runs(), 0.1)[0].endswith(
+    assert sections.margin_lines(_family_runs(), ClaimRules(margin_share=0.1))[0].endswith(
         "0.03 acc to full FT: the fixed 0.03 (no zero-shot score recorded to derive it from)."
     )
 

@@ -22,7 +22,7 @@ from numpy.typing import ArrayLike
 from topotuner_lab._io.errors import ParameterError, TaskError
 from topotuner_lab.study.plan import DEFAULT_RECIPE, with_key_columns
 from topotuner_lab.study.power import Design, size_to_decide, two_sided_z
-from topotuner_lab.study.presets import DEFAULT_MARGIN_SHARE
+from topotuner_lab.study.presets import DEFAULT_MARGIN_SHARE, Preset
 from topotuner_lab.study.stats import (
     HELD,
     INCONCLUSIVE,
@@ -252,6 +252,11 @@ class ClaimRules:
     margins: Mapping[str, float] = field(default_factory=dict)
     seed_level: bool = False
     measure: str = "accuracy"
+
+    @classmethod
+    def of(cls, preset: Preset) -> ClaimRules:
+        """The rules a preset fixed before its runs."""
+        return cls(preset.margin_share, dict(preset.margins), preset.seed_level, preset.claim_measure)
 
     def margin(self, target: str, group: pd.DataFrame) -> Margin:
         """The target's margin: the fixed one where the preset states it, else a share of the measured gain."""

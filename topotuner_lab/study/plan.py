@@ -18,7 +18,10 @@ import pandas as pd
 
 from topotuner_lab.study.presets import RECIPE_STRATEGIES, Preset
 
-Method = Literal["full", "lora", "profile"]
+Method = Literal["full", "lora", "profile", "spectrum-top5"]
+#: the strategy of the LoRA arm as the paper runs it (rank 16, alpha 32, on q, k, v, o), not matched to a card
+PAPER_LORA = "r16"
+PAPER_LORA_RANK = 16
 Role = Literal["sweep", "chosen", "constant"]
 #: the columns a run's identity adds to ``results.csv``
 KEY_COLUMNS: tuple[str, ...] = ("method", "strategy", "budget", "schedule", "recipe")
@@ -42,8 +45,8 @@ class RunKey:
 
     @property
     def name(self) -> str:
-        """Label in tables and folders: ``full``, ``lora@0.01``, ``profile:high-drift[reference]@0.01+constant``."""
-        head = f"profile:{self.strategy}" if self.method == "profile" else self.method
+        """Label in tables and folders: ``full``, ``lora:r16``, ``profile:high-drift[reference]@0.01+constant``."""
+        head = self.method if self.strategy is None else f"{self.method}:{self.strategy}"
         recipe = "" if self.recipe == DEFAULT_RECIPE else f"[{self.recipe}]"
         budget = "" if self.budget is None else f"@{self.budget:g}"
         return head + recipe + budget + ("" if self.schedule == "linear" else f"+{self.schedule}")
@@ -102,8 +105,14 @@ class RunSpec:
 
 
 def arms(preset: Preset) -> list[RunKey]:
-    """Full FT, then per budget every card strategy, the ranked strategies again per further recipe, and LoRA."""
+    """Every arm: full FT, paper LoRA, Spectrum top-5% where asked, then per budget the cards and matched LoRA.
+
+    Per budget: every card strategy, the drift-ranked strategies again per further recipe, and LoRA matched to the
+    budget's card.
+    """
     keys: list[RunKey] = [RunKey("full")] if "full" in preset.baselines else []
+    keys += [RunKey("lora", PAPER_LORA)] if "lora-paper" in preset.baselines else []
+    keys += [RunKey("spectrum-top5")] if "spectrum-top5" in preset.baselines else []
     for budget in preset.budgets:
         keys += [RunKey("profile", strategy, budget) for strategy in preset.strategies]
         for recipe in preset.recipes[1:]:

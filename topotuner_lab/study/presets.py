@@ -7,8 +7,9 @@ its size, its cost and the command that runs it); a user's preset is a file of t
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from topotuner_lab._io.config import NON_NEGATIVE_INT, OPEN_UNIT, Check, Config, is_real, opt
 from topotuner_lab._io.errors import ParameterError
@@ -30,7 +31,13 @@ DEFAULT_LR_GRID: dict[str, tuple[float, ...]] = {
     "lora": (1e-4, 3e-4, 1e-3, 3e-3),
     "profile": (1e-4, 3e-4, 1e-3, 3e-3),
 }
-BASELINES: tuple[str, ...] = ("full", "lora")
+#: the arms beside the cards: full FT, LoRA matched to each budget's card, LoRA as the paper runs it (rank 16, alpha
+#: 32, on q, k, v, o) and Spectrum's top 5% of every weight type with the embeddings and head (the authors' runs)
+BASELINES: tuple[str, ...] = ("full", "lora", "lora-paper", "spectrum-top5")
+#: the method family (learning-rate grid) of a baseline whose name is not its method
+BASELINE_FAMILY: dict[str, str] = {"lora-paper": "lora"}
+#: what the target-score claims can compare per test example (study.claims.ClaimRules)
+CLAIM_MEASURES: tuple[str, ...] = ("accuracy", "logprob")
 #: how each drift recipe turns its tables into cards: drift aggregated over the prior's epochs (``final``: the last
 #: epoch's snapshot only) and whether the budget is spent per projection kind (the same count of each kind, matched
 #: to the parameter budget) rather than over the global ranking
@@ -84,7 +91,12 @@ class Preset(Config):
     strategies: tuple[str, ...] = opt(
         ("high-drift", "low-drift", "random", "magnitude"), "card strategies", check=_names(STRATEGIES)
     )
-    baselines: tuple[str, ...] = opt(BASELINES, "baselines beside the cards", check=_names(BASELINES))
+    baselines: tuple[str, ...] = opt(
+        ("full", "lora"),
+        "baselines beside the cards: full (full FT), lora (LoRA matched to each budget's card), lora-paper (rank 16, "
+        "alpha 32 on q, k, v, o, as the paper runs it), spectrum-top5 (Spectrum's top 5% with embeddings and head)",
+        check=_names(BASELINES),
+    )
     seeds: tuple[int, ...] = opt((0, 1, 2), "training seeds (each also draws the training rows)", check=SEEDS)
     sweep_seeds: tuple[int, ...] = opt(
         (),
@@ -127,6 +139,40 @@ class Preset(Config):
         "target's zero-shot -> full FT gain (so one rule fits accuracy, ROUGE-L and pass@1 alike)",
         check=OPEN_UNIT,
     )
+    margins: dict[str, float] = opt(
+        {},
+        "non-inferiority margins fixed before any run, per target task, in the claim measure's units (also the "
+        "difference claims' equivalence band); a target without one gets margin_share of its measured gain",
+        check=Check(lambda v: isinstance(v, dict) and all(is_real(m) and m > 0 for m in v.values()), "positive"),
+    )
+    seed_level: bool = opt(
+        False,
+        "judge every paired claim also by a Student-t interval over the per-seed differences: the verdict must hold "
+        "under both it and the seed x example bootstrap",
+    )
+    claim_measure: str = opt(
+        "accuracy",
+        "what the target-score claims compare per test example: accuracy (the task metric) or logprob (the gold "
+        "label's log-probability among the labels, continuous; label-likelihood tasks, margins fixed in its units)",
+        choices=CLAIM_MEASURES,
+    )
+    match_kinds: tuple[str, ...] = opt(
+        (),
+        "card strategies ranked within each projection kind, with as many of each kind as the first other topology "
+        "card picks (a kind-matched low-drift card: the thesis then compares drift, not kinds)",
+        check=_names(STRATEGIES),
+    )
+    epoch_eval: tuple[str, ...] = opt(
+        ("full", "lora", "profile", "spectrum-top5"),
+        "methods whose runs are scored on the test rows after every epoch when the target config asks for it (the "
+        "cards' stopping claims read those scores); the others are scored once, at the end",
+        check=_names(("full", "lora", "profile", "spectrum-top5")),
+    )
+    target_overrides: dict[str, dict[str, Any]] = opt(
+        {},
+        "per target task, fine-tune fields that differ from the target config (e.g. boolq: {max_length: 256})",
+        check=Check(lambda v: isinstance(v, dict) and all(isinstance(o, dict) for o in v.values()), "a mapping"),
+    )
     metric: str = opt(DEFAULT_METRIC, "drift column the cards rank by")
     normalization: str = opt(DEFAULT_NORMALIZATION, "how drift is compared across sizes", choices=NORMALIZATIONS)
     noise_seeds: tuple[int, ...] = opt(
@@ -168,7 +214,7 @@ class Preset(Config):
                 f"sweep_seeds and seeds share {shared}: a sweep run would be reused as a result",
                 "give the sweep its own seeds, e.g. sweep_seeds=(100, 101)",
             )
-        families = {"profile"} | set(self.baselines)
+        families = {"profile"} | {BASELINE_FAMILY.get(b, b) for b in self.baselines}
         missing = sorted(families - set(self.lr_grid))
         if missing:
             self.fail(f"lr_grid has no rates for {missing}", "give lr_grid a tuple of rates for every method family")
@@ -185,6 +231,17 @@ class Preset(Config):
                 f"this preset has {len(self.target_tasks)}",
                 "give a preset with the gradient strategy one target task",
             )
+        if not set(self.match_kinds) <= set(self.strategies):
+            self.fail(
+                f"match_kinds names strategies {sorted(set(self.match_kinds) - set(self.strategies))} the preset "
+                "does not run",
+                "list only strategies the preset runs",
+            )
+        for task, fields in self.target_overrides.items():
+            try:
+                replace(self.target, **fields)
+            except TypeError as exc:
+                self.fail(f"target_overrides.{task}: {exc}", "give fields of the fine-tune config (finetune --help)")
         if not set(self.constant_lr) <= set(self.strategies):
             self.fail(
                 f"constant_lr names strategies {sorted(set(self.constant_lr) - set(self.strategies))} the preset "

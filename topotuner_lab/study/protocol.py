@@ -37,7 +37,16 @@ from topotuner_lab.drift.tables import save_table
 from topotuner_lab.profiles.card import FIXED_RANKINGS, ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import build_profile, kind_composition
 from topotuner_lab.study.markdown import markdown_table
-from topotuner_lab.study.plan import DEFAULT_RECIPE, KEY_COLUMNS, RunKey, RunSpec, plan, transfers
+from topotuner_lab.study.plan import (
+    DEFAULT_RECIPE,
+    KEY_COLUMNS,
+    PAPER_LORA,
+    PAPER_LORA_RANK,
+    RunKey,
+    RunSpec,
+    plan,
+    transfers,
+)
 from topotuner_lab.study.presets import RECIPE_CARDS, RECIPE_STRATEGIES, Preset
 from topotuner_lab.study.workspace import (
     WorkDir,
@@ -189,8 +198,8 @@ def _cards_for_prior(
     gradients: dict[str, pd.DataFrame] = {}
     stratified = any(s in RECIPE_STRATEGIES for s in preset.strategies)  # random controls drawn per seed below
     for recipe, strategy, budget in _card_specs(preset):
-        if strategy == "random" and stratified:
-            continue
+        if (strategy == "random" and stratified) or (recipe == DEFAULT_RECIPE and strategy in preset.match_kinds):
+            continue  # drawn below, with the topology card's kinds
         table = tables[recipe]
         targets: list[str | None] = [None]
         if strategy == "gradient":
@@ -221,8 +230,58 @@ def _cards_for_prior(
                 per_kind_budget=per_kind,
             ).save_unless_same(path)
             cards[CardKey(prior, strategy, budget, recipe, target)] = path
+    cards.update(_kind_matched_cards(preset, cards, tables[DEFAULT_RECIPE], noise, identity, prior, work))
     cards.update(_stratified_controls(preset, cards, tables[DEFAULT_RECIPE], identity, prior, work))
     return cards
+
+
+def _topology_composition(preset: Preset, cards: Cards, prior: str, budget: float) -> dict[str, int] | None:
+    """How many matrices of each kind the preset's first topology card picks at ``budget`` (None: no such card)."""
+    topology = next((s for s in preset.strategies if s in RECIPE_STRATEGIES and s not in preset.match_kinds), None)
+    if topology is None:
+        return None
+    return kind_composition(ProfileCard.load(cards[CardKey(prior, topology, budget)]))
+
+
+def _kind_matched_cards(
+    preset: Preset,
+    cards: Cards,
+    table: pd.DataFrame,
+    noise: list[pd.DataFrame],
+    identity: ModelIdentity,
+    prior: str,
+    work: WorkDir,
+) -> Cards:
+    """The cards of ``Preset.match_kinds`` ranked within each kind, with the topology card's count of each kind.
+
+    A low-drift card ranked over all matrices can pick other kinds than the high-drift card (4 output projections
+    against 9 key/value ones), so the thesis would compare kinds as much as drift; with the same composition the two
+    differ only in which matrices of each kind they train.
+    """
+    matched: Cards = {}
+    for strategy in (s for s in preset.strategies if s in preset.match_kinds):
+        for budget in preset.budgets:
+            composition = _topology_composition(preset, cards, prior, budget)
+            if composition is None:
+                raise ParameterError(
+                    f"match_kinds names {strategy!r} but the preset has no other topology card to match",
+                    "add high-drift (or low-drift) to strategies, or empty match_kinds",
+                )
+            path = work.card(f"{task_tag(prior)}-{strategy}-kinds-{budget:g}")
+            build_profile(
+                table,
+                identity,
+                prior_task=prior,
+                strategy=strategy,
+                metric=preset.metric,
+                per_kind=composition,
+                stop_threshold=preset.stop_threshold,
+                drift_settings=preset.drift.key(),
+                normalization=preset.normalization,
+                noise=noise,
+            ).save_unless_same(path)
+            matched[CardKey(prior, strategy, budget)] = path
+    return matched
 
 
 def card_for(
@@ -245,12 +304,13 @@ def _stratified_controls(
     seed makes the control's own randomness part of the seed-to-seed spread. Without a topology card the plain
     random card (a fraction budget) stays the control.
     """
-    topology = next((s for s in preset.strategies if s in RECIPE_STRATEGIES), None)
-    if "random" not in preset.strategies or topology is None:
+    if "random" not in preset.strategies or not any(s in RECIPE_STRATEGIES for s in preset.strategies):
         return {}
     controls: Cards = {}
     for budget in preset.budgets:
-        composition = kind_composition(ProfileCard.load(cards[CardKey(prior, topology, budget)]))
+        composition = _topology_composition(preset, cards, prior, budget)
+        if composition is None:
+            return {}
         for seed in (*preset.sweep_seeds, *preset.seeds):  # a sweep seed's run draws its own control too
             path = work.card(f"{task_tag(prior)}-random-seed{seed}-{budget:g}")
             build_profile(
@@ -271,20 +331,27 @@ def _stratified_controls(
 def config_for(preset: Preset, spec: RunSpec, cards: Cards, lr: float, run_dir: Path) -> FinetuneConfig:
     """The fine-tune config of one planned run at rate ``lr``.
 
-    Cards train with their own stopping threshold; LoRA matches the parameter count of the budget's first card.
+    Cards train with their own stopping threshold; LoRA matches the parameter count of the budget's first card, or
+    runs at the paper's rank 16 (``lora:r16``). Arms whose method is not in ``Preset.epoch_eval`` are scored once, at
+    the end (the per-epoch scores serve the stopping claims of the cards).
     """
     key = spec.key
-    base = replace(preset.target, task=spec.target, seed=spec.seed, data_seed=spec.seed, learning_rate=lr)
+    target = replace(preset.target, **preset.target_overrides.get(spec.target, {}))
+    base = replace(target, task=spec.target, seed=spec.seed, data_seed=spec.seed, learning_rate=lr)
     if key.method == "profile":
         card = card_for(
             cards, spec.prior, spec.target, str(key.strategy), float(key.budget or 0), key.recipe, spec.seed
         )
         cfg = replace(base, method="profile", profile=str(card), stop_threshold="card")
+    elif key.method == "lora" and key.strategy == PAPER_LORA:
+        cfg = replace(base, method="lora", lora_rank=PAPER_LORA_RANK, profile=None)
     elif key.method == "lora":
         card = card_for(cards, spec.prior, spec.target, preset.strategies[0], float(key.budget or 0), DEFAULT_RECIPE)
         cfg = replace(base, method="lora", lora_rank="match", profile=str(card))
     else:
-        cfg = replace(base, method="full")
+        cfg = replace(base, method=key.method)
+    if key.method not in preset.epoch_eval:  # per-epoch scores only where a claim reads them
+        cfg = replace(cfg, eval_each_epoch=False)
     folder = f"constant-lr-{lr:g}" if key.schedule == "constant" else f"lr-{lr:g}"
     return replace(cfg, lr_scheduler=key.schedule, output_dir=str(run_dir / folder))
 
@@ -477,12 +544,13 @@ def _transfer_checks(preset: Preset, cards: Cards, loaded: LoadedModel, work: Wo
 
 
 def _run_owner(preset: Preset, spec: RunSpec) -> str:
-    """The prior whose folder holds a run: its own, but full FT (no card) is one run shared by every prior's row.
+    """The prior whose folder holds a run: its own, but an arm without a card is one run shared by every prior's row.
 
-    Full FT on a target never reads the prior, so it runs once per target, seed and rate, in the first transferring
-    prior's folder; the other priors' rows reuse it (the same config: ``finetune_once`` finds it done).
+    Full FT, the paper's LoRA and Spectrum on a target never read the prior, so each runs once per target, seed and
+    rate, in the first transferring prior's folder; the other priors' rows reuse it (the same config:
+    ``finetune_once`` finds it done).
     """
-    if spec.key.method != "full":
+    if spec.key.method == "profile" or (spec.key.method == "lora" and spec.key.strategy != PAPER_LORA):
         return spec.prior
     return next(prior for prior in preset.prior_tasks if prior != spec.target)
 

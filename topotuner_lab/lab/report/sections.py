@@ -16,8 +16,8 @@ from topotuner_lab.profiles.card import NORMALIZATIONS, ModelIdentity, ProfileCa
 from topotuner_lab.profiles.select import MIN_NOISE_DRAWS, build_profile
 from topotuner_lab.study.claims import (
     ClaimResult,
+    ClaimRules,
     claims_frame,
-    competitive_margin,
     recorded_metric,
     runs_at_chosen_rate,
     stopping_runs,
@@ -122,14 +122,15 @@ def noise_floor_section(
     )
 
 
-def margin_lines(results: pd.DataFrame, share: float) -> list[str]:
-    """Per target, the non-inferiority margin its claims use and where it comes from (:func:`competitive_margin`)."""
+def margin_lines(results: pd.DataFrame, rules: ClaimRules) -> list[str]:
+    """Per target, the non-inferiority margin its claims use and where it comes from (:meth:`ClaimRules.margin`)."""
     runs = runs_at_chosen_rate(results)
+    measure = "gold-label log-probability" if rules.measure == "logprob" else None
     return [
         f"Margin ({target}): a card is competitive when it loses at most {margin.value:.3g} "
-        f"{recorded_metric(group)} to full FT: {margin.reason}."
+        f"{measure or recorded_metric(group)} to full FT: {margin.reason}."
         for target, group in runs.groupby("target", sort=False)
-        for margin in [competitive_margin(group, share)]
+        for margin in [rules.margin(str(target), group)]
     ]
 
 
@@ -272,7 +273,7 @@ def setup_section(
             + ", ".join(f"{k} {v:.1f}" for k, v in cost.items())
             + f"; {runs} fine-tunes in all, {results['wall_sec'].sum() / 3600:.1f} h."
         )
-    lines += margin_lines(results, preset.margin_share)
+    lines += margin_lines(results, ClaimRules.of(preset))
     lines += forgetting_lines(results, preset)
     if preset.other_models:
         lines.append(f"Drift only (own prior fine-tunes, no transfer grid): {', '.join(preset.other_models)}.")
