@@ -130,6 +130,33 @@ def test_an_optimizer_step_after_apply_profile_changes_only_the_exported_paramet
     assert changed == set(export_card(card, "names"))
 
 
+def test_apply_profile_under_gradient_checkpointing_as_the_names_docs_say():
+    """transformers 5 checkpoints non-reentrantly and makes the inputs require grad; reentrant without that fails."""
+
+    def grads(model: torch.nn.Module) -> set[str]:
+        ids = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(0))
+        model(input_ids=ids, labels=ids).loss.backward()
+        return {n for n, p in model.named_parameters() if p.grad is not None and bool(p.grad.abs().sum() > 0)}
+
+    def profiled(**kwargs: object) -> tuple[torch.nn.Module, ProfileCard]:
+        model = build_tiny_model("tiny-llama", seed=0).model.train()
+        card = make_card(model, "tiny-llama", CARDS["scattered"])
+        apply_profile(model, card)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            model.gradient_checkpointing_enable(**kwargs)
+        return model, card
+
+    model, card = profiled()
+    assert grads(model) == set(parameter_names(card))
+    model, card = profiled(gradient_checkpointing_kwargs={"use_reentrant": True})
+    model.disable_input_require_grads()  # transformers 4.x without peft: the frozen embeddings' output needs no grad
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        grads(model)
+    model.enable_input_require_grads()
+    assert grads(model) == set(parameter_names(card))
+
+
 def plugin_selects(scores: dict[str, dict], fraction: float) -> set[str]:
     """axolotl's Spectrum plugin: per type, the top int(n * fraction) modules by snr (lm_head/embed_tokens aside)."""
     by_type: dict[str, list[tuple[str, float]]] = {}

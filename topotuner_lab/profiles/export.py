@@ -12,9 +12,10 @@ Each export names the parameters the card trains (its projections' weights), exa
   else ``target_modules`` as one regex (peft full-matches it against module names).
 - ``names``: the list of parameter names. With HF ``Trainer`` or TRL's ``SFTTrainer`` no export is needed:
   :func:`~topotuner_lab.profiles.apply.apply_profile` sets ``requires_grad`` on the model you pass them (no
-  ``peft_config``). Frozen embeddings and matrices need one more step when gradient checkpointing is on: with the
-  default reentrant checkpointing a layer whose inputs do not require grad passes no gradient to its weights, so call
-  ``model.enable_input_require_grads()`` or set ``gradient_checkpointing_kwargs={"use_reentrant": False}``.
+  ``peft_config``). Under gradient checkpointing, frozen embeddings need one more step with reentrant checkpointing
+  (transformers 4.x's default): a checkpointed layer whose inputs do not require grad passes no gradient back (the
+  backward fails with "element 0 of tensors does not require grad"), so call ``model.enable_input_require_grads()``
+  or set ``gradient_checkpointing_kwargs={"use_reentrant": False}``. transformers 5.x does both by default.
 - ``spectrum``: a Spectrum score file ``{module: {"snr": score, "type": kind}}`` (``snr_results_<model>.json``, the
   file axolotl's Spectrum plugin and ``spectrum.py`` read; type names as Spectrum writes them, ``self_attn.q_proj``).
   ``snr`` is the card's preference, not a signal-to-noise ratio: 1 for its first pick, falling by rank, every trained
