@@ -275,12 +275,11 @@ def test_matched_per_kind_budget_from_the_command_line(tmp_path, tiny_snapshot):
 
 @pytest.fixture
 def drift_and_signals(tiny_snapshot):
-    from topotuner_lab.drift.signals import with_signals
+    from topotuner_lab.drift.signals import with_relchange, with_signals
 
-    table = drift_table(
-        tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), DriftSettings(maxdim=0), n_jobs=1, cache=DriftCache(None)
-    )
-    table = with_signals(table, tiny_snapshot)
+    after = perturb_snapshot(tiny_snapshot, 0.05)
+    table = drift_table(tiny_snapshot, after, DriftSettings(maxdim=0), n_jobs=1, cache=DriftCache(None))
+    table = with_relchange(with_signals(table, tiny_snapshot), tiny_snapshot, after)
     table["grad_norm"] = np.random.default_rng(5).random(len(table))
     table.attrs["gradient_task"] = "agnews"
     return table, ModelIdentity.from_snapshot(tiny_snapshot)

@@ -23,6 +23,7 @@ from topotuner_lab._io import atomic
 from topotuner_lab._io.config import NON_NEGATIVE_INT, REQUIRED, Check, Config, is_int, is_real, opt, optional
 from topotuner_lab._io.errors import InputFileError, ProfileError, TopoTunerError
 from topotuner_lab.drift.settings import RECIPES, DriftSettings
+from topotuner_lab.drift.signals import ELTWISE_COLUMN
 from topotuner_lab.drift.tables import AGGREGATIONS
 from topotuner_lab.weights.snapshot import Snapshot
 
@@ -32,9 +33,12 @@ SCHEMA_VERSION = 3
 #: strategies that rank by a fixed column of the drift table (not the card's drift metric), and in which direction:
 #: the magnitude control; Spectrum's SNR, WeightWatcher's alpha (highest first), PEFT KappaTune's kappa (lowest
 #: first); the gradient-magnitude selector: the RMS entry of each matrix's loss gradient on the target task at the
-#: pretrained weights (highest first; ``training.transfer.with_gradient_signal`` adds the column)
+#: pretrained weights (highest first; ``training.transfer.with_gradient_signal`` adds the column); the authors'
+#: element-wise relative change from the pretrained to the prior fine-tune's weights (highest first, like the magnitude
+#: control; ``drift.signals.with_relchange`` adds the column)
 FIXED_RANKINGS: dict[str, tuple[str, bool]] = {
     "magnitude": ("rel_frobenius", True),
+    "relchange": (ELTWISE_COLUMN, True),
     "snr": ("spectrum_snr", True),
     "alpha": ("ww_alpha", True),
     "kappa": ("kappa", False),

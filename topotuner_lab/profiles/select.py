@@ -239,6 +239,11 @@ def _missing_column(strategy: str, column: str, table: pd.DataFrame) -> ProfileE
             "add the target task's gradient magnitudes: training.transfer.with_gradient_signal(table, loaded, task) "
             "(the CLI does it with --gradient-task TASK --model MODEL)"
         )
+    elif strategy == "relchange":
+        fix = (
+            "add the element-wise relative change from the pretrained to the prior fine-tune's weights: "
+            "drift.signals.with_relchange(table, pretrained, after)"
+        )
     elif strategy in FIXED_RANKINGS:
         fix = "add the selectors' columns: drift.signals.with_signals(table, pretrained) (the CLI does it)"
     else:

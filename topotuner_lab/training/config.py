@@ -11,8 +11,10 @@ from pathlib import Path
 from topotuner_lab._io.config import NON_NEGATIVE_INT, OPEN_UNIT, POSITIVE_INT, Check, Config, is_int, opt, optional
 from topotuner_lab.tasks.specs import TASKS, get_task
 
-METHODS: tuple[str, ...] = ("full", "lora", "profile")
-DEFAULT_LR = {"full": 3e-5, "lora": 3e-4, "profile": 2e-4}  # untuned defaults, recorded in results
+#: ``spectrum-top5``: Spectrum's top 5% of every weight type, the embeddings and the head (training.spectrum)
+METHODS: tuple[str, ...] = ("full", "lora", "profile", "spectrum-top5")
+#: untuned defaults, recorded in results; Spectrum at full fine-tuning's rate, as the authors ran it
+DEFAULT_LR = {"full": 3e-5, "lora": 3e-4, "profile": 2e-4, "spectrum-top5": 3e-5}
 LR_SCHEDULERS: tuple[str, ...] = ("linear", "constant", "cosine")
 
 TEXT = Check(lambda v: isinstance(v, str) and v != "", "a non-empty string")
@@ -47,7 +49,9 @@ class FinetuneConfig(Config):
 
     label = "fine-tune config"
 
-    method: str = opt("full", "full fine-tuning, LoRA (peft) or a profile card", choices=METHODS)
+    method: str = opt(
+        "full", "full fine-tuning, LoRA (peft), a profile card, or Spectrum's top 5% (spectrum-top5)", choices=METHODS
+    )
     task: str = opt("sst2", f"task to train and test on: {', '.join(TASKS)}, or a task spec .yaml", check=TEXT)
     output_dir: str = opt(
         "runs/finetune",

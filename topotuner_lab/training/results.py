@@ -24,6 +24,8 @@ from topotuner_lab.training.data import RunData
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
 from topotuner_lab.training.evaluation import accuracy, perplexity_probe
 from topotuner_lab.training.scoring import per_example, primary_values
+from topotuner_lab.training.spectrum import SpectrumRecord
+from topotuner_lab.training.updates import update_measures
 from topotuner_lab.weights.models import LoadedModel
 from topotuner_lab.weights.projections import count_parameters
 
@@ -53,6 +55,11 @@ class RunResults(TypedDict, total=False):
       after fine-tuning (NaN for a text with no token to predict); ``ppl_text_tokens``: the tokens each text's mean
       is over. ``perplexity_before`` equals exp(sum(ppl_nll_before * ppl_text_tokens) / sum(ppl_text_tokens)), NaN
       texts left out, up to float32 rounding (likewise after): weight per-text values by their tokens.
+    - ``trainable_fraction`` is the paper's Train.% (parameters with ``requires_grad`` over the pretrained model's);
+      ``updated_params``, ``updated_fraction`` (Upd.%: entries that moved by more than 1e-6, LoRA's merged
+      ``(alpha / r) * B @ A`` counted in its matrices) and ``update_rel_change`` (mean ``|dw| / (|w| + 1e-6)`` over
+      those entries) compare the final weights with the pretrained ones (:mod:`topotuner_lab.training.updates`).
+    - ``spectrum``: the ``spectrum-top5`` method's percent and the ``unfrozen_parameters`` patterns it trained.
     """
 
     config: dict[str, Any]
@@ -99,8 +106,12 @@ class RunResults(TypedDict, total=False):
     train_test_gap: float
     forgetting_ood: float
     perplexity_change: float
+    updated_params: int
+    updated_fraction: float
+    update_rel_change: float | None
     trainable_param_names: list[str]
     profile: dict[str, Any]
+    spectrum: SpectrumRecord
     lora_rank: int
     requested_counts: dict[str, int]
     resumed_from: str | None
@@ -126,7 +137,7 @@ def collect_results(
     before: dict[str, Any],
     score_val: Any = None,
 ) -> RunResults:
-    """Accuracy (train, validation, test), forgetting, time and the early-stopping record of a finished run.
+    """Accuracy (train, validation, test), forgetting, time, what trained and moved, and early stopping of a run.
 
     ``ood_correct`` is the out-of-domain task's per-example score after training (the forgetting battery's first
     task, scored once by the caller). ``score_val(model, rows)`` -> (per-row correctness, mean log-loss or None)
@@ -156,6 +167,7 @@ def collect_results(
     probe = perplexity_probe(model, tokenizer, data.general_text, max_length=cfg.max_length)
     total = count_parameters(loaded.model)
     trainable = count_parameters(model, trainable_only=True)
+    updates = update_measures(loaded.model, model)
     results: RunResults = {
         "config": cfg.to_dict(),
         "model": {"name": loaded.name, "revision": loaded.revision, "total_params": total},
@@ -164,6 +176,9 @@ def collect_results(
         "learning_rate": trainer.args.learning_rate,
         "trainable_params": trainable,
         "trainable_fraction": trainable / total,
+        "updated_params": updates["updated_params"],
+        "updated_fraction": updates["updated_fraction"],
+        "update_rel_change": updates["update_rel_change"],
         "epochs_run": len(epoch_seconds),
         "stop_epoch": stop_epoch,
         "drift_history": stopper.history if stopper else [],

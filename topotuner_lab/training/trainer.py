@@ -19,6 +19,7 @@ from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.training.config import DEFAULT_LR, FinetuneConfig
 from topotuner_lab.training.data import RunData
 from topotuner_lab.training.evaluation import encode
+from topotuner_lab.training.spectrum import apply_spectrum
 from topotuner_lab.weights.models import LoadedModel
 from topotuner_lab.weights.projections import enumerate_projections, model_type
 
@@ -85,6 +86,8 @@ def prepare_model(
         assert card is not None, "FinetuneConfig.check: method 'profile' needs a card"
         info["trainable_param_names"] = apply_profile(model, card)
         info["profile"] = {"strategy": card.strategy, "prior_task": card.prior_task, "trainable": card.trainable}
+    elif cfg.method == "spectrum-top5":
+        info["trainable_param_names"], info["spectrum"] = apply_spectrum(model, loaded.model)
     else:
         from peft import LoraConfig, get_peft_model
 
