@@ -636,7 +636,7 @@ def summary_row(spec: RunSpec, res: RunResults, selected: bool, run_dir: Path) -
     """One ``results.csv`` row: the run's identity (key columns), accuracy, forgetting, stopping and cost."""
     epoch_acc = res.get("epoch_test_accuracy") or []
     stop_epoch = res.get("stop_epoch")
-    topo_sec = [h.get("seconds", 0.0) for h in res.get("drift_history", [])]  # the stopping rule's own cost per epoch
+    topo_sec = [float(h.get("seconds") or 0.0) for h in res.get("drift_history", [])]  # the stopping rule's own cost per epoch
     return {
         "prior": spec.prior,
         "target": spec.target,

@@ -71,7 +71,7 @@ class RunResults(TypedDict, total=False):
     trainable_fraction: float
     epochs_run: int
     stop_epoch: int | None
-    drift_history: list[dict[str, float]]
+    drift_history: list[dict[str, float | None]]
     log_history: list[dict[str, Any]]
     epoch_seconds: list[float]
     train_seconds: float
