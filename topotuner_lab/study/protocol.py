@@ -32,7 +32,7 @@ from topotuner_lab._io import atomic
 from topotuner_lab._io.errors import ParameterError, TopoTunerError
 from topotuner_lab.drift.noise import noise_check
 from topotuner_lab.drift.settings import DriftSettings
-from topotuner_lab.drift.signals import SIGNALS, with_signals
+from topotuner_lab.drift.signals import SIGNALS, with_relchange, with_signals
 from topotuner_lab.drift.tables import save_table
 from topotuner_lab.profiles.card import FIXED_RANKINGS, ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import build_profile, kind_composition
@@ -195,6 +195,9 @@ def _cards_for_prior(
     cards: Cards = {}
     if any(s in FIXED_RANKINGS and FIXED_RANKINGS[s][0] in SIGNALS for s in preset.strategies):
         tables = {recipe: with_signals(table, pre) for recipe, table in tables.items()}  # once: an SVD per matrix
+    if "relchange" in preset.strategies:  # the authors' element-wise relative change of the prior fine-tune
+        after = load_snapshot(work.finetuned(prior))
+        tables = {**tables, DEFAULT_RECIPE: with_relchange(tables[DEFAULT_RECIPE], pre, after)}
     gradients: dict[str, pd.DataFrame] = {}
     stratified = any(s in RECIPE_STRATEGIES for s in preset.strategies)  # random controls drawn per seed below
     for recipe, strategy, budget in _card_specs(preset):
@@ -636,7 +639,8 @@ def summary_row(spec: RunSpec, res: RunResults, selected: bool, run_dir: Path) -
     """One ``results.csv`` row: the run's identity (key columns), accuracy, forgetting, stopping and cost."""
     epoch_acc = res.get("epoch_test_accuracy") or []
     stop_epoch = res.get("stop_epoch")
-    topo_sec = [float(h.get("seconds") or 0.0) for h in res.get("drift_history", [])]  # the stopping rule's own cost per epoch
+    # the stopping rule's own cost per epoch
+    topo_sec = [float(h.get("seconds") or 0.0) for h in res.get("drift_history", [])]
     return {
         "prior": spec.prior,
         "target": spec.target,
