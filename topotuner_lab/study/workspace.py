@@ -180,11 +180,11 @@ def _same_config(done: RunResults, cfg: FinetuneConfig) -> bool:
     """Whether ``done`` ran ``cfg``: its recorded config, with the counts asked for where the data held fewer.
 
     A run that also wrote per-epoch snapshots serves a config that does not ask for them (the training is the same),
-    and one recorded before ``save_epoch_snapshots`` (``ood_tasks``) existed is one that did not write them (scored
-    the default out-of-domain task).
+    and one recorded before a field existed ran as that field's default does (a field is only ever added with a
+    default that keeps what ran before, e.g. ``save_epoch_snapshots`` False, ``ood_tasks`` empty).
     """
     ignore = ("output_dir", "keep_checkpoints", "profile")  # the card's content is checked: _same_card
-    before = {"save_epoch_snapshots": False, "ood_tasks": []}  # fields added later, as a run without them ran
+    before = type(cfg)().to_dict()  # fields added later, as a run without them ran
     asked = {**before, **(done.get("config") or {}), **(done.get("requested_counts") or {})}
     if asked["save_epoch_snapshots"] and not cfg.save_epoch_snapshots:
         asked["save_epoch_snapshots"] = False

@@ -50,7 +50,9 @@ class FinetuneConfig(Config):
     label = "fine-tune config"
 
     method: str = opt(
-        "full", "full fine-tuning, LoRA (peft), a profile card, or Spectrum's top 5% (spectrum-top5)", choices=METHODS
+        "full",
+        "full fine-tuning, LoRA (peft), a profile card, or Spectrum's top 5 percent (spectrum-top5)",
+        choices=METHODS,
     )
     task: str = opt("sst2", f"task to train and test on: {', '.join(TASKS)}, or a task spec .yaml", check=TEXT)
     output_dir: str = opt(
@@ -86,7 +88,8 @@ class FinetuneConfig(Config):
     max_length: int = opt(64, "tokens per example (prompt + target)", check=POSITIVE_INT)
     learning_rate: float | None = opt(
         None,
-        "peak learning rate (default per method, see DEFAULT_LR)",
+        "peak learning rate; default per method (DEFAULT_LR, untuned): "
+        + ", ".join(f"{method} {rate:g}" for method, rate in DEFAULT_LR.items()),
         check=optional(OPEN_UNIT),
         flags=("--lr", "--learning-rate"),
         parse=float,
@@ -111,6 +114,12 @@ class FinetuneConfig(Config):
         False,
         "write the attention matrices after every epoch (epoch-1.safetensors, ...; float32, ~100 MB an epoch for "
         "SmolLM2-135M), for drift aggregated over epochs",
+        check=FLAG,
+    )
+    confirm_run_unsafe_code: bool = opt(
+        False,
+        "where no bubblewrap sandbox can run, run code tasks' generated programs anyway with resource limits only: "
+        "they can read and change your files and use your network (a throw-away machine or container only)",
         check=FLAG,
     )
     data_source: str | None = opt(

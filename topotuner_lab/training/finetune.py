@@ -23,6 +23,7 @@ from transformers import TrainerCallback
 
 from topotuner_lab._io.errors import ProfileError, TopoTunerError
 from topotuner_lab.profiles.card import ProfileCard
+from topotuner_lab.tasks.sandbox import SandboxLimits
 from topotuner_lab.tasks.specs import get_task
 from topotuner_lab.training.callbacks import EpochClock, EpochEvaluation, EpochSnapshots, epoch_snapshot_path
 from topotuner_lab.training.config import FinetuneConfig
@@ -261,8 +262,10 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
             "record the counts used (asked: requested_counts)",
             stacklevel=2,
         )
-    score = TaskScorer(cfg.task, tokenizer, cfg.max_length, progress=True)  # a bar over generation / ranking batches
-    scorers = {task: TaskScorer(task, tokenizer, cfg.max_length, progress=True) for task in data.battery}
+    sandbox = SandboxLimits(confirm_run_unsafe_code=cfg.confirm_run_unsafe_code)
+    # a progress bar over generation / ranking batches
+    score = TaskScorer(cfg.task, tokenizer, cfg.max_length, progress=True, limits=sandbox)
+    scorers = {t: TaskScorer(t, tokenizer, cfg.max_length, progress=True, limits=sandbox) for t in data.battery}
     score_ood = scorers[data.ood_task]  # the first task of the forgetting battery
     # train and validation rows are the training task's (train_task: e.g. IFEval trains on Alpaca), scored on its metric
     trained = get_task(cfg.task).train_task or cfg.task
