@@ -15,6 +15,7 @@ from topotuner_lab.study.claims import (
     Margin,
     claim_results,
     competitive_margin,
+    pilot_labels,
     runs_at_chosen_rate,
     summary_verdict,
     topology_card,
@@ -23,6 +24,7 @@ from topotuner_lab.study.stats import (
     HELD,
     INCONCLUSIVE,
     NOT_HELD,
+    PILOT,
     Interval,
     bootstrap_ratio,
     bootstrap_stat,
@@ -350,3 +352,19 @@ def test_rules_fix_margins_before_the_runs_and_measure_by_log_probability():
     assert thesis.estimate == pytest.approx(1.5 * (2 * full.mean() - 1))  # -0.5 vs -2.0 where high / low is right
     with pytest.raises(ParameterError, match="need a margin fixed in the preset"):
         claim_results(results, with_logloss, ClaimRules(measure="logprob"))
+
+
+def test_a_pilot_or_one_seed_per_arm_decides_nothing():
+    rng = np.random.default_rng(1)
+    full = (rng.random(600) < 0.8).astype(int)
+    card = full.copy()
+    card[:90] = 0
+    results, correct = _results(card, full, full, control_correct=full)
+    claims = claim_results(results, correct)
+    assert {c.verdict for c in claims} - {PILOT} == {c.verdict for c in pilot_labels(claims)} - {PILOT}  # 2 seeds
+    labelled = pilot_labels(claims, pilot=True)
+    paired = [c for c in labelled if c.design is not None]
+    assert paired and all(c.verdict == PILOT and c.to_decide for c in paired)  # with the size that would decide
+    one_seed = results[results["seed"] == 0]
+    alone = [c for c in pilot_labels(claim_results(one_seed, correct)) if c.design is not None]
+    assert alone and all(c.verdict == PILOT and "2 seeds or more" in c.to_decide for c in alone)

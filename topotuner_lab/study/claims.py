@@ -28,6 +28,7 @@ from topotuner_lab.study.stats import (
     INCONCLUSIVE,
     LEVEL,
     NOT_HELD,
+    PILOT,
     UNTESTABLE,
     Interval,
     bootstrap_ratio,
@@ -222,6 +223,27 @@ def with_holm(claims: list[ClaimResult], primary: str) -> list[ClaimResult]:
             out.append(replace(c, role="secondary", to_decide=holm_size(c)))
         else:
             out.append(replace(c, role="secondary"))
+    return out
+
+
+def pilot_labels(claims: list[ClaimResult], pilot: bool = False) -> list[ClaimResult]:
+    """Verdicts that cannot decide read *pilot*, with the size that would decide them where it can be measured.
+
+    Every claim of a pilot study (``Preset.pilot``) is one; so is any paired claim of a study resting on one
+    training seed per arm (its seed noise is unmeasured). Claims the setup cannot test keep saying so.
+    """
+    out = []
+    for c in claims:
+        one_seed = c.design is not None and c.design.seeds < 2
+        if c.verdict == UNTESTABLE or not (pilot or one_seed):
+            out.append(c)
+            continue
+        size = c.to_decide
+        if not size and c.design is not None and c.design.seeds >= 2:
+            size = size_to_decide(c.design, c.estimate, c.threshold)
+        elif not size and one_seed:
+            size = "2 seeds or more to measure the seed noise, then sized from it"
+        out.append(replace(c, verdict=PILOT, to_decide=size))
     return out
 
 

@@ -139,6 +139,11 @@ class Preset(Config):
         "target's zero-shot -> full FT gain (so one rule fits accuracy, ROUGE-L and pass@1 alike)",
         check=OPEN_UNIT,
     )
+    pilot: bool = opt(
+        False,
+        "a pilot: its runs size or check a later study and decide nothing, so every verdict of its report reads "
+        "'pilot' with the size that would decide it",
+    )
     margins: dict[str, float] = opt(
         {},
         "non-inferiority margins fixed before any run, per target task, in the claim measure's units (also the "

@@ -25,6 +25,8 @@ HELD, NOT_HELD, INCONCLUSIVE, EQUIVALENT = "held", "did not hold", "inconclusive
 _CHUNK = 256
 #: the setup cannot show the claim either way (e.g. a threshold the rule can never reach)
 UNTESTABLE = "not testable here"
+#: a verdict of a run that cannot decide (a pilot, or one trained model per arm): it sizes a study, it decides nothing
+PILOT = "pilot"
 
 
 @dataclass(frozen=True)
