@@ -7,7 +7,7 @@ clear message.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from topotuner_lab._io.errors import ParameterError
@@ -61,12 +61,24 @@ def check_output_dir(path: str | os.PathLike[str], what: str) -> Path:
     return target
 
 
-def refuse_overwrite(
-    inputs: Mapping[str, str | os.PathLike[str] | None], outputs: Mapping[str, str | os.PathLike[str] | None]
-) -> None:
+#: a path given to :func:`refuse_overwrite`: one path, several (a repeatable option such as ``--noise-table``) or none
+Paths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
+
+
+def _each_resolved(paths: Mapping[str, Paths]) -> dict[str, Path]:
+    """Every path by name, resolved; each path of a list is named with its own text after the list's name."""
+    named: dict[str, Path] = {}
+    for name, value in paths.items():
+        if isinstance(value, (str, os.PathLike)):
+            named[name] = _resolved(value)
+        elif value is not None:
+            named |= {f"{name} {os.fspath(p)}": _resolved(p) for p in value}
+    return named
+
+
+def refuse_overwrite(inputs: Mapping[str, Paths], outputs: Mapping[str, Paths]) -> None:
     """Raise unless every output differs from every input and from the other outputs (after resolving links)."""
-    ins = {name: _resolved(p) for name, p in inputs.items() if p is not None}
-    outs = {name: _resolved(p) for name, p in outputs.items() if p is not None}
+    ins, outs = _each_resolved(inputs), _each_resolved(outputs)
     for out_name, out in outs.items():
         for in_name, inp in ins.items():
             if out == inp or (out.exists() and inp.exists() and os.path.samefile(out, inp)):

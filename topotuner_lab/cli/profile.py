@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from topotuner_lab._io.errors import ParameterError
@@ -61,7 +62,6 @@ def _with_gradient(args: argparse.Namespace, table: Any, strategy: str, loaded: 
 
 
 def _cmd_profile(args: argparse.Namespace) -> None:
-    from topotuner_lab.drift.noise import noise_check
     from topotuner_lab.drift.signals import SIGNALS, with_signals
     from topotuner_lab.drift.tables import load_table
     from topotuner_lab.profiles.card import FIXED_RANKINGS, ModelIdentity
@@ -92,9 +92,26 @@ def _cmd_profile(args: argparse.Namespace) -> None:
         table = with_signals(table, pretrained)
     table = _with_gradient(args, table, settings.strategy, loaded)
     card = build_profile(table, identity, noise=noise, **settings.to_dict())
-    if noise:
-        print(noise_check(table, noise, card.metric).message, file=sys.stderr)
     _save(args, card)
+    _report_noise(args, table, noise, card)
+
+
+def _report_noise(args: argparse.Namespace, table: Any, noise: list[Any], card: ProfileCard) -> None:
+    """The noise check on stderr and at the top of the card's Markdown view (without noise tables: that none ran)."""
+    from topotuner_lab._io import atomic
+    from topotuner_lab.drift.noise import noise_check
+
+    if not noise:
+        print(
+            "note: no noise check (no --noise-table): a card built from drift within the noise floor ranks noise; "
+            "make noise tables with `topotuner-lab perturb` and `drift`, then pass each with --noise-table",
+            file=sys.stderr,
+        )
+        return
+    check = noise_check(table, noise, card.metric)
+    title, rest = card.to_markdown().split("\n\n", 1)
+    atomic.write_text(Path(args.output).with_suffix(".md"), f"{title}\n\n{check.markdown}\n{rest}")
+    print(check.message, file=sys.stderr)
 
 
 def _upstream_card(args: argparse.Namespace) -> ProfileCard:

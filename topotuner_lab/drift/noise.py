@@ -47,6 +47,13 @@ class NoiseCheck:
             )
         return head + "."
 
+    @property
+    def markdown(self) -> str:
+        """The check as a Markdown section for a card's view; within the noise floor it opens with a bold warning."""
+        if self.within_noise:
+            return f"## Noise check\n\n> **WARNING: this card ranks noise.** {self.message.removeprefix('WARNING: ')}\n"
+        return f"## Noise check\n\n{self.message}\n"
+
 
 def noise_check(
     table: pd.DataFrame, noise: Sequence[pd.DataFrame], metric: str = DEFAULT_METRIC, *, warn: bool = False
