@@ -165,6 +165,65 @@ def drift_heatmaps(
     return fig
 
 
+#: verdict -> colour of the forest plot (a verdict not listed is grey)
+VERDICT_COLOURS = {
+    "held": "#1b7837",
+    "did not hold": "#b2182b",
+    "equivalent": "#2166ac",
+    "inconclusive": "#e08214",
+    "inconclusive (Holm)": "#e08214",
+    "pilot": "#7f7f7f",
+}
+
+
+def claims_forest(claims: pd.DataFrame, title: str = "Claims: estimate and 95% interval") -> go.Figure:
+    """One row per paired claim (differences, not ratios or shares): its estimate, interval and threshold.
+
+    ``claims`` is :func:`~topotuner_lab.study.claims.claims_frame`'s table. A difference claim's equivalence band
+    (threshold 0, band +- the margin) is shaded when ``band`` is given; the colour says the verdict.
+    """
+    rows = claims[claims["measure"].str.contains(" - ", regex=False) & claims["low"].notna()].reset_index(drop=True)
+    labels = [f"{c} | {m.split(' (')[0]} | {s}" for c, m, s in zip(rows["claim"], rows["measure"], rows["setting"])]
+    fig = go.Figure()
+    for verdict, group in rows.groupby("verdict", sort=False):
+        fig.add_trace(
+            go.Scatter(
+                x=group["estimate"],
+                y=[labels[i] for i in group.index],
+                mode="markers",
+                name=str(verdict),
+                marker=dict(size=9, color=VERDICT_COLOURS.get(str(verdict), "#999999")),
+                error_x=dict(
+                    type="data",
+                    symmetric=False,
+                    array=group["high"] - group["estimate"],
+                    arrayminus=group["estimate"] - group["low"],
+                ),
+                hovertemplate="%{y}<br>%{x:+.3f}<extra>" + str(verdict) + "</extra>",
+            )
+        )
+    for i, row in rows.iterrows():
+        if "band" in rows and pd.notna(row.get("band")):
+            fig.add_shape(
+                type="rect", x0=-row["band"], x1=row["band"], y0=int(i) - 0.4, y1=int(i) + 0.4,
+                fillcolor="lightgrey", opacity=0.4, line_width=0, layer="below",
+            )  # fmt: skip
+        fig.add_shape(
+            type="line", x0=row["threshold"], x1=row["threshold"], y0=int(i) - 0.45, y1=int(i) + 0.45,
+            line=dict(color="black", dash="dash", width=1),
+        )  # fmt: skip
+    fig.update_yaxes(autorange="reversed", type="category", categoryorder="array", categoryarray=labels)
+    fig.update_layout(
+        title=title,
+        template="plotly_white",
+        xaxis_title="difference (card minus the other arm)",
+        height=max(300, 28 * len(rows) + 140),
+        margin=dict(l=20),
+        legend_title_text="verdict",
+    )
+    return fig
+
+
 def rank_correlation(
     table: pd.DataFrame, columns: Sequence[str], title: str = "Spearman rank correlation: topology vs magnitude"
 ) -> go.Figure:

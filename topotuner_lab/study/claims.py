@@ -20,7 +20,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from topotuner_lab._io.errors import ParameterError, TaskError
-from topotuner_lab.study.plan import DEFAULT_RECIPE, with_key_columns
+from topotuner_lab.study.plan import DEFAULT_RECIPE, PAPER_LORA, RunKey, with_key_columns
 from topotuner_lab.study.power import Design, size_to_decide, two_sided_z
 from topotuner_lab.study.presets import DEFAULT_MARGIN_SHARE, Preset
 from topotuner_lab.study.stats import (
@@ -52,6 +52,9 @@ FASTER_THAN_LORA = 1.0
 #: "often stops after 2-3 of 6 epochs": more than this share of the card runs stop by half the budget
 EARLY_STOP_SHARE = 0.5
 
+#: the paper's headline comparison: the card against LoRA as the paper runs it (rank 16 on q, k, v, o)
+BEATS_PAPER_LORA = "beats LoRA as the paper runs it (rank 16)"
+
 TOPOLOGY = ("high-drift", "low-drift")
 CONTROLS = ("random", "magnitude")
 
@@ -74,6 +77,8 @@ class ClaimResult:
     #: preset's pre-registered claim) or ``secondary`` (Holm-corrected); empty before :func:`with_holm`
     p_value: float | None = None
     role: str = ""
+    #: a difference claim's equivalence band (+-), where it has one
+    band: float | None = None
     #: the variance components behind a paired interval (for the size a corrected test needs); not a table column
     design: Design | None = field(default=None, repr=False, compare=False)
 
@@ -187,6 +192,7 @@ def _result(
         judged,
         to_decide,
         p,
+        band=band,
         design=interval.design,
     )
 
@@ -367,6 +373,19 @@ def claim_results(
                         setting,
                         f"{cards[budget]} - {lora} ({_scored(target, rules.measure)})",
                         paired(group, cards[budget], lora),
+                        0.0,
+                        band=margin,
+                    )
+                )
+        paper_lora = RunKey("lora", PAPER_LORA).name
+        if (group["run"] == paper_lora).any():
+            for card in cards.values():
+                claims.append(
+                    _result(
+                        BEATS_PAPER_LORA,
+                        setting,
+                        f"{card} - {paper_lora} ({_scored(target, rules.measure)})",
+                        paired(group, card, paper_lora),
                         0.0,
                         band=margin,
                     )
@@ -594,6 +613,35 @@ def _stopping_claims(results: pd.DataFrame) -> list[ClaimResult]:
             result = replace(result, verdict=UNTESTABLE, to_decide=f"{needed} runs or more")
         out.append(result)
     return out
+
+
+def paper_count(claims: list[ClaimResult], claim: str = BEATS_PAPER_LORA) -> str:
+    """The paper's way of counting one claim ("beats LoRA in 7 of 9 settings"), beside what the intervals say.
+
+    The paper counts settings where the card's score is above LoRA's; here that is the point estimate, and the
+    verdicts say how many of those the intervals decide.
+    """
+    rows = [c for c in claims if c.claim == claim]
+    if not rows:
+        return ""
+    ahead = sum(c.estimate > c.threshold for c in rows)
+    held = sum(c.verdict == HELD for c in rows)
+    return (
+        f"The card {claim} in {ahead} of {len(rows)} settings by the point estimate (the paper's count); its "
+        f"interval clears zero in {held} of {len(rows)}."
+    )
+
+
+def paper_speed(claims: list[ClaimResult]) -> str:
+    """The speed claims as the paper states them: how much less time per epoch a card run takes (its 20.4% and 5.5%)."""
+    paper = {"full FT": 20.4, "LoRA": 5.5}
+    parts = [
+        f"{100 * (1 - c.estimate):.1f}% less than {name} (the paper: {paper[name]}%)"
+        for c in claims
+        for name in paper
+        if c.claim == f"faster per epoch than {name}"
+    ]
+    return f"A card run takes {' and '.join(parts)} of the time per epoch, median against median." if parts else ""
 
 
 def claims_frame(claims: list[ClaimResult]) -> pd.DataFrame:

@@ -11,20 +11,25 @@ from pathlib import Path
 
 from topotuner_lab._io import atomic
 from topotuner_lab.lab.report import sections
-from topotuner_lab.lab.report.figures import export_drift_figures, export_matrix_figure
+from topotuner_lab.lab.report.figures import export_claims_figure, export_drift_figures, export_matrix_figure
 from topotuner_lab.lab.report.inputs import StudyInputs, load_study
 from topotuner_lab.profiles.card import ModelIdentity
 
 
 def render(
-    study: StudyInputs, figures: dict[tuple[str, str], str], command: str, day: str, matrix_figure: str | None = None
+    study: StudyInputs,
+    figures: dict[tuple[str, str], str],
+    command: str,
+    day: str,
+    matrix_figure: str | None = None,
+    claims_figure: str | None = None,
 ) -> str:
     """The report's Markdown from loaded inputs and the figure paths (model, prior) -> relative path."""
     results, preset = study.results, study.preset
     parts = [
         sections.header(command, day, study.machine),
         sections.setup_section(preset, len(results), study.planned_runs, results, study.test_rows, study.val_sources),
-        sections.claims_section(study.claims),
+        sections.claims_section(study.claims, claims_figure),
         sections.transfer_section(study.transfer_checks),
         sections.transfer_matrix_section(study.matrix, matrix_figure, study.transfer_checks),
         sections.seed_picks_section(study.seed_picks, preset.strategies[0], preset.budgets[0]),
@@ -72,6 +77,7 @@ def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
         if len(study.matrix) > 1
         else None
     )
+    claims_figure = export_claims_figure(study.claims, target.parent / "figures", target.stem.lower())
     day = f"{datetime.now(timezone.utc):%Y-%m-%d}"
-    atomic.write_text(target, render(study, figures, command, day, matrix_figure))
+    atomic.write_text(target, render(study, figures, command, day, matrix_figure, claims_figure))
     return target

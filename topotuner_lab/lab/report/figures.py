@@ -7,9 +7,10 @@ from pathlib import Path
 import pandas as pd
 
 from topotuner_lab._io.errors import ProfileError
-from topotuner_lab.lab.plots import drift_heatmaps, save_figure, transfer_matrix_heatmap
+from topotuner_lab.lab.plots import claims_forest, drift_heatmaps, save_figure, transfer_matrix_heatmap
 from topotuner_lab.lab.report.inputs import ModelDrift
 from topotuner_lab.profiles.select import normalized_scores
+from topotuner_lab.study.claims import ClaimResult, claims_frame
 
 #: raw columns shown beside the score the cards rank by
 HEATMAP_COLUMNS = ["h0_w1", "h1_w1", "rel_frobenius"]
@@ -69,4 +70,14 @@ def export_matrix_figure(matrix: pd.DataFrame, folder: Path, report: str = "resu
     """Write the transfer matrix heatmaps into ``folder``; the PNG path relative to the report."""
     stem = f"{report}_transfer_matrix"
     save_figure(transfer_matrix_heatmap(matrix), folder / stem)
+    return f"{folder.name}/{stem}.png"
+
+
+def export_claims_figure(claims: list[ClaimResult], folder: Path, report: str = "results") -> str | None:
+    """Write the forest plot of the paired claims into ``folder``; its PNG path relative to the report (None: none)."""
+    paired = [c for c in claims if " - " in c.measure and c.low is not None]
+    if not paired:
+        return None
+    stem = f"{report}_claims"
+    save_figure(claims_forest(claims_frame(paired)), folder / stem)
     return f"{folder.name}/{stem}.png"

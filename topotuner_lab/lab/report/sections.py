@@ -18,6 +18,8 @@ from topotuner_lab.study.claims import (
     ClaimResult,
     ClaimRules,
     claims_frame,
+    paper_count,
+    paper_speed,
     recorded_metric,
     runs_at_chosen_rate,
     stopping_runs,
@@ -287,8 +289,12 @@ def setup_section(
     return "\n## Setup\n\n" + "".join(f"- {line}\n" for line in lines)
 
 
-def claims_section(claims: list[ClaimResult]) -> str:
-    """The claims table (estimate, 95% bootstrap interval, threshold, verdict) and one verdict per claim."""
+def claims_section(claims: list[ClaimResult], forest: str | None = None) -> str:
+    """The claims table with one verdict per claim, the paper's counts, and the forest plot of the paired claims.
+
+    The table holds each estimate, its 95% interval, threshold and verdict; the paper's counts are the settings the
+    card beats LoRA in and the time it saves; ``forest`` is the forest plot's PNG path.
+    """
     if not claims:
         return "\n## Claims\n\nNo complete setting to judge yet.\n"
     table = claims_frame(claims)
@@ -342,6 +348,13 @@ def claims_section(claims: list[ClaimResult]) -> str:
         + "\n\nOver all settings (held or did not hold only where every setting agrees):\n\n"
         + overall
         + "\n"
+        + "".join(f"\n{line}\n" for line in (paper_count(claims), paper_speed(claims)) if line)
+        + (
+            f"\n![Every paired claim: estimate, 95% interval, threshold (dashed) and, for difference claims, the "
+            f"equivalence band (shaded); colour is the verdict]({forest})\n"
+            if forest
+            else ""
+        )
     )
 
 
