@@ -9,7 +9,11 @@ Per example, the prompts are asserted to be the identical strings and then:
   decisions are identical, except rows whose yes/no margin is itself within that tolerance (a tie, which float32
   summation order may break either way; none among these rows);
 * GSM8K (greedy generation): the generated answers are identical strings, so are the extracted final numbers and
-  the per-example exact match (no tolerance: the same token ids in the same batch decode greedily alike).
+  the per-example exact match (no tolerance: the same token ids in the same batch decode greedily alike);
+* MMLU (each option's likelihood): lm-eval runs its own ``mmlu`` and ``mmlu_continuation`` task configs (its YAML
+  files, only the dataset pointed at the same rows laid out as ``cais/mmlu``'s); the prompts are identical strings,
+  each option splits into the same token ids, the per-option log-likelihoods agree within ``LOGPROB_ATOL`` and the
+  per-row ``acc`` / ``acc_norm`` are identical (these rows have no tie).
 
 Settings aligned on the two sides (each explained where it is set): BOS (``add_bos_token``), left truncation
 (``max_length``), batch composition for generation, and the final-number extraction (lm-eval's regex filter and
@@ -18,15 +22,19 @@ Settings aligned on the two sides (each explained where it is set): BOS (``add_b
 
 from __future__ import annotations
 
+import ast
+import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
+from topotuner_lab.tasks.carve import carve
 from topotuner_lab.tasks.specs import TASKS, TaskSpec, data_dir, final_number, load_task
 from topotuner_lab.training import scoring
-from topotuner_lab.training.evaluation import encode
+from topotuner_lab.training.evaluation import encode, encode_pair
 from topotuner_lab.training.scoring import TaskScorer
 
 lm_eval = pytest.importorskip("lm_eval", reason="lm-eval (the dev extra) is the reference the scorers are checked to")
@@ -52,6 +60,12 @@ LOGPROB_ATOL = 1e-3
 #: reference (doc_to_target stays our spec's whole worked answer)
 FINAL_NUMBER = r"-?\d[\d,]*\.?\d*"
 EXACT_MATCH_IGNORE = ["(?s).*#### ", ",", r"\.$"]
+#: MMLU rows scored by both: the first of each subject's carved test rows; abstract algebra's prompts are short,
+#: European history's (a passage each) run past MMLU_MAX_LENGTH: both whole and cut prompts are compared
+MMLU_ROWS = {"abstract algebra": 4, "high school european history": 4}
+MMLU_MAX_LENGTH = 256
+#: lm-eval's MMLU task folders, by our spec: letters (the default task) and option texts (its continuation variant)
+MMLU_VARIANTS = {"mmlu": "default", "mmlu-text": "continuation"}
 
 
 def _lm_eval_config(spec: TaskSpec, name: str, cache_dir: str) -> dict:
@@ -93,12 +107,18 @@ def _lm_eval_config(spec: TaskSpec, name: str, cache_dir: str) -> dict:
 
 def _run_lm_eval(lm, spec: TaskSpec, tmp_path, limit: int) -> list[dict]:
     """lm-eval's per-example records (log_samples) for the first ``limit`` rows, in row order."""
+    name = f"topotuner_agree_{spec.task}"
+    return _run_lm_eval_config(lm, _lm_eval_config(spec, name, str(tmp_path / "hf-datasets")), tmp_path, limit)
+
+
+def _run_lm_eval_config(lm, config: dict, tmp_path, limit: int | None = None) -> list[dict]:
+    """lm-eval's per-example records (log_samples) of the task ``config`` (its first ``limit`` rows), in row order."""
     from lm_eval.tasks import TaskManager
 
-    name = f"topotuner_agree_{spec.task}"
-    folder = tmp_path / "lm_eval_tasks"
-    folder.mkdir()
-    (folder / f"{name}.yaml").write_text(yaml.safe_dump(_lm_eval_config(spec, name, str(tmp_path / "hf-datasets"))))
+    name = config["task"]
+    folder = tmp_path / "lm_eval_tasks" / name
+    folder.mkdir(parents=True)
+    (folder / f"{name}.yaml").write_text(yaml.safe_dump(config))
     out = lm_eval.simple_evaluate(
         model=lm,
         tasks=[name],
@@ -111,7 +131,8 @@ def _run_lm_eval(lm, spec: TaskSpec, tmp_path, limit: int) -> list[dict]:
         torch_random_seed=None,
     )
     samples = sorted(out["samples"][name], key=lambda s: s["doc_id"])
-    assert [s["doc_id"] for s in samples] == list(range(limit))  # limit= takes the first rows, in file order
+    assert [s["doc_id"] for s in samples] == list(range(len(samples)))  # limit= takes the first rows, in file order
+    assert limit is None or len(samples) == limit
     return samples
 
 
@@ -264,3 +285,118 @@ def test_final_number_extraction_agrees_with_lm_eval_on_gsm8k_references():
         ]
         assert ours == theirs
         assert all(ours) if shift == 0 else sum(ours) < len(ours) / 10
+
+
+# ---- MMLU: lm-eval's own task configs
+
+
+def _mmlu_raw_rows() -> list[dict]:
+    """The offline MMLU file's rows (split on newlines only: question texts hold U+2028)."""
+    text = (data_dir() / TASKS["mmlu"].data_files["test"]).read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.split("\n") if line.strip()]
+
+
+def _as_cais(row: dict) -> dict:
+    """A row of the offline file as the hub's cais/mmlu holds it (what lm-eval's MMLU configs read)."""
+    choices = [row[f"answer_{letter}"] for letter in "abcd"]
+    subject = row["topic"].replace(" ", "_")
+    return {
+        "question": row["question"],
+        "subject": subject,
+        "choices": choices,
+        "answer": "ABCD".index(row["correct_answer"]),
+    }
+
+
+def _lm_eval_mmlu_config(variant: str, subject: str, data_file: str, cache_dir: str) -> dict:
+    """lm-eval's own config of one MMLU subject task (template + subject YAML), its dataset our local rows."""
+    folder = Path(lm_eval.__file__).parent / "tasks" / "mmlu" / variant
+    template = next(folder.glob("_*template_yaml"))
+    config = yaml.safe_load(template.read_text()) | yaml.safe_load((folder / f"mmlu_{subject}.yaml").read_text())
+    for key in ("include", "tag", "dataset_name", "fewshot_split", "fewshot_config"):  # the hub's and few-shot keys
+        config.pop(key, None)
+    return config | {
+        "task": f"topotuner_agree_{variant}_{subject}",
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"test": data_file}, "cache_dir": cache_dir},
+        "num_fewshot": 0,
+        "metric_list": [{"metric": "acc"}, {"metric": "acc_norm"}],  # lm-eval computes both; report both
+    }
+
+
+def test_mmlu_prompts_are_lm_evals_for_every_subject(tmp_path):
+    """Each subject's first row framed by our two MMLU specs is lm-eval's prompt: the subject's description from its
+    YAML file, then its doc_to_text rendered by lm-eval's own template function (no model)."""
+    from lm_eval.utils import apply_template
+
+    firsts = {}
+    for row in _mmlu_raw_rows():
+        firsts.setdefault(row["topic"], row)
+    assert len(firsts) == 57
+    path = tmp_path / "firsts.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in firsts.values()))
+    for name, variant in MMLU_VARIANTS.items():
+        ours = load_task(TASKS[name], "test", source=path)  # a file given as the split: read as it is, not carved
+        for row, framed in zip(firsts.values(), ours):
+            doc = _as_cais(row)
+            config = _lm_eval_mmlu_config(variant, doc["subject"], str(path), str(tmp_path))
+            assert framed["prompt"] == config["description"] + apply_template(config["doc_to_text"], doc)
+            target, choices = config["doc_to_target"], config["doc_to_choice"]  # lm-eval's doc_to_* rules
+            gold = ast.literal_eval(apply_template(target, doc)) if "{{" in target else doc[target]
+            choices = ast.literal_eval(apply_template(choices, doc)) if isinstance(choices, str) else choices
+            assert framed["label"] == gold and framed["target"] == " " + choices[gold]
+            assert framed.get("choices", choices) == choices
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(MMLU_VARIANTS))
+def test_mmlu_option_loglikelihoods_agree_with_lm_eval(smollm2, tmp_path, monkeypatch, name):
+    spec, tokenizer, variant = TASKS[name], smollm2.tokenizer, MMLU_VARIANTS[name]
+    raw = _mmlu_raw_rows()
+    carving = spec.split_carve
+    shares = [(split, carving["shares"][split]) for split in ("train", "validation", "test")]
+    splits = carve([r["question"] for r in raw], [r["topic"] for r in raw], shares, carving["seed"])
+    picked = [
+        [row for row, split in zip(raw, splits) if split == "test" and row["topic"] == topic][:count]
+        for topic, count in MMLU_ROWS.items()
+    ]
+    ours_file = tmp_path / "rows.jsonl"
+    ours_file.write_text("".join(json.dumps(row) + "\n" for rows in picked for row in rows))
+    rows = load_task(spec, "test", source=ours_file)
+    configs = []
+    for subject_rows in picked:
+        doc_file = tmp_path / f"{len(configs)}.jsonl"
+        doc_file.write_text("".join(json.dumps(_as_cais(row)) + "\n" for row in subject_rows))
+        subject = subject_rows[0]["topic"].replace(" ", "_")
+        configs.append(_lm_eval_mmlu_config(variant, subject, str(doc_file), str(tmp_path / "hf-datasets")))
+
+    # Left truncation as for BoolQ: our max_length keeps prompt + option within it; lm-eval keeps max_length + 1
+    # tokens of prompt + option and drops the last: lm-eval runs at our max_length - 1
+    lm = _hflm(smollm2, max_length=MMLU_MAX_LENGTH - 1, batch_size=8)
+    samples = [sample for config in configs for sample in _run_lm_eval_config(lm, config, tmp_path)]
+    assert len(samples) == len(rows) == sum(MMLU_ROWS.values())
+
+    lengths = []
+    for sample, row in zip(samples, rows):
+        requests = sample["arguments"]
+        options = row.get("choices") or list(spec.doc_to_choice)
+        assert [prompt for prompt, _ in requests] == [row["prompt"]] * 4  # the identical prompt string
+        assert [option for _, option in requests] == [" " + text for text in options]  # the same options
+        for prompt, option in requests:  # the same token ids: BOS handling and lm-eval's prompt / option split
+            assert lm._encode_pair(prompt, option) == encode_pair(tokenizer, prompt, option)
+        lengths.append(len(encode(tokenizer, row["prompt"], "", 10**6)[0]))
+    assert min(lengths) < MMLU_MAX_LENGTH - 8 < MMLU_MAX_LENGTH < max(lengths)  # whole and cut prompts compared
+
+    caught = []  # our option log-likelihoods, caught on their way to the task scorer's metrics
+    monkeypatch.setattr(scoring, "classification_scores", _catching(scoring.classification_scores, caught))
+    metrics = TaskScorer(spec, tokenizer, MMLU_MAX_LENGTH, batch_size=8).score_all(smollm2.model, rows)
+    (scores,) = caught
+
+    theirs = np.array([[resp[0][0] for resp in s["resps"]] for s in samples])
+    np.testing.assert_allclose(scores, theirs, rtol=0, atol=LOGPROB_ATOL)
+    for metric in ("acc", "acc_norm"):
+        assert metrics[metric].tolist() == [s[metric] == 1.0 for s in samples], metric
+    lengths_of = np.array([[len(text) for text in (row.get("choices") or spec.doc_to_choice)] for row in rows])
+    for values in (scores, scores / lengths_of):  # no tie within the tolerance: every decision is compared
+        top2 = np.sort(values, axis=1)[:, -2:]
+        assert (top2[:, 1] - top2[:, 0] > LOGPROB_ATOL).all()

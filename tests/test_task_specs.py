@@ -102,6 +102,7 @@ def test_builtin_specs_are_the_shipped_yaml_files_and_keep_the_old_interface():
     # the AG News special case lives in its spec now: headerless files, label names mapped to choices
     assert TASKS["agnews"].column_names == ("text", "label") and TASKS["agnews"].label_aliases["Sci/Tech"] == 3
     with_own = {"sst2", "dialogsum", "mbpp", "humaneval"}  # humaneval trains on mbpp (train_task): mbpp's split
+    with_own |= {"mmlu", "mmlu-text"}  # carved out of MMLU's test set (split_carve)
     assert {n for n in TASKS if has_validation_split(n)} == with_own
 
 

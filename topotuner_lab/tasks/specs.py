@@ -2,28 +2,30 @@
 
 A spec says where the rows are (local ``data_files`` per split and/or a hub ``dataset_path``), how a row becomes a
 prompt (``doc_to_text``, a Jinja2 template over the row's fields) and a target (``doc_to_target``), and how the task is
-scored (``output_type``: ``multiple_choice`` by the likelihood of each ``doc_to_choice`` word, ``generate_until`` by
-greedy generation). The built-in tasks are spec files shipped in ``tasks/builtin/`` (:data:`TASKS`); any other task is
-a spec file given by its path (:func:`get_task`). Every field is validated when a spec is read: a bad spec is one
-:class:`TaskError` line naming the field and the fix.
+scored (``output_type``: ``multiple_choice`` by the likelihood of each ``doc_to_choice`` option, fixed words or each
+row's own options, ``generate_until`` by greedy generation). The built-in tasks are spec files shipped in
+``tasks/builtin/`` (:data:`TASKS`); any other task is a spec file given by its path (:func:`get_task`). Every field
+is validated when a spec is read: a bad spec is one :class:`TaskError` line naming the field and the fix.
 
 Local copies are looked up in ``$TOPOTUNER_DATA`` or the ``shared/data`` folder beside the project.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from topotuner_lab._io.config import POSITIVE_INT, REQUIRED, Check, Config, is_int, opt, optional
+from topotuner_lab._io.config import POSITIVE_INT, REQUIRED, Check, Config, is_int, is_real, opt, optional
 from topotuner_lab._io.errors import TaskError
+from topotuner_lab.tasks.carve import carve
 from topotuner_lab.tasks.datafiles import FORMATS, file_format, read_data_file
 from topotuner_lab.tasks.templates import (
     evaluate,
@@ -55,11 +57,13 @@ OUTPUT_TYPES: tuple[str, ...] = ("multiple_choice", "generate_until", "ranking")
 #: the splits a fine-tune reads: its own names, whatever the hub calls them
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
 #: the metrics each output type can be scored by, in lm-evaluation-harness's names; the first is the default.
+#: ``acc`` / ``acc_norm`` / ``acc_bytes``: the likeliest option is the true one, by its summed log-probability, per
+#: character of its text, per UTF-8 byte (lm-eval 0.4.13's three);
 #: ``exact_match``: the final number of the answer (GSM8K); ``exact`` / ``f1``: SQuAD's, over the references;
 #: ``rouge*``: ROUGE F-measures over the references; ``pass@1``: the greedy program passes its tests
 #: (``doc_to_program``); the ``*_acc`` four: IFEval's verifiers; ``ndcg@10`` / ``mrr@10``: a reranked candidate list.
 METRICS: dict[str, tuple[str, ...]] = {
-    "multiple_choice": ("acc",),
+    "multiple_choice": ("acc", "acc_norm", "acc_bytes"),
     "generate_until": (
         "exact_match",
         "exact",
@@ -109,6 +113,7 @@ _WORDS = Check(
     lambda v: isinstance(v, tuple) and all(isinstance(w, str) and w.strip() for w in v) and len(set(v)) == len(v),
     "a list of distinct non-empty strings (quote words YAML reads as other values: 'yes', 'no', 'on', numbers)",
 )
+_CHOICES = Check(lambda v: _WORDS(v) or _TEXT(v), f"{_WORDS.wanted}, or a field name or template (a string)")
 _FILES = Check(
     lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(p, str) and p for k, p in v.items()),
     "a mapping of split (train, validation, test) to a data file path",
@@ -156,12 +161,15 @@ class TaskSpec(Config):
     )
     doc_to_target: str = opt(
         REQUIRED,
-        "the target: a field name or template giving the label (a choice index, a choice word or a label_aliases "
+        "the target: a field name or template giving the label (a choice index, a choice's text or a label_aliases "
         "name) for multiple_choice, the text to learn for generate_until",
         check=_TEXT,
     )
-    doc_to_choice: tuple[str, ...] = opt(
-        (), "the label words, in label order (multiple_choice only), e.g. [negative, positive]", check=_WORDS
+    doc_to_choice: tuple[str, ...] | str = opt(
+        (),
+        "multiple_choice only: the options, fixed label words in label order (e.g. [negative, positive]), or each "
+        'row\'s own: a field holding a list, or a template rendering one (e.g. "{{[answer_a, answer_b]}}")',
+        check=_CHOICES,
     )
     target_delimiter: str = opt(" ", "put between the prompt and the target or choice word", check=_STRING)
     data_files: dict[str, str] = opt(
@@ -212,6 +220,13 @@ class TaskSpec(Config):
         "{train: '601 <= task_id <= 974'}: several splits can share one file",
         check=_FILES,
     )
+    split_carve: dict[str, Any] = opt(
+        {},
+        "the splits carved out of one local file: {by: FIELD, strata: FIELD, shares: {train: 60, validation: 10, "
+        "test: 30}, seed: 0}: per stratum the distinct values of `by` in SHA-256 order of 'seed:value', cut in the "
+        "shares (rows sharing a value share a split)",
+        check=_MAPPING,
+    )
     train_task: str | None = opt(
         None,
         "another task (built-in name or spec file) whose train and validation rows train this one, e.g. ifeval "
@@ -232,10 +247,11 @@ class TaskSpec(Config):
         self._check_sources()
         self._check_templates()
         multiple = self.output_type == "multiple_choice"
-        if multiple and len(self.doc_to_choice) < 2:
+        if multiple and not self.per_row_choices and len(self.doc_to_choice) < 2:
             self.fail(
                 f"output_type multiple_choice needs doc_to_choice with 2 or more label words, not {self.doc_to_choice}",
-                "add doc_to_choice: [word0, word1, ...] (label 0's word first)",
+                "add doc_to_choice: [word0, word1, ...] (label 0's word first), or a field or template giving each "
+                "row's options",
             )
         for names, owner in (
             (("doc_to_choice", "label_aliases"), "multiple_choice"),
@@ -247,8 +263,9 @@ class TaskSpec(Config):
         if self.train_task is not None and self.train_task == self.task:
             self.fail(f"train_task names the task itself ({self.task!r})", "remove train_task, or name another task")
         self._check_split_filter()
+        self._check_split_carve()
         for alias, index in self.label_aliases.items():
-            if not 0 <= index < len(self.doc_to_choice):
+            if not self.per_row_choices and not 0 <= index < len(self.doc_to_choice):
                 self.fail(
                     f"label_aliases.{alias}={index} is not a choice index 0..{len(self.doc_to_choice) - 1}",
                     "map each name to the index of its doc_to_choice word",
@@ -293,6 +310,7 @@ class TaskSpec(Config):
     def _templates(self) -> list[tuple[str, str]]:
         """Each template of the spec with its field's name (doc_to_references' one by one)."""
         named = [("doc_to_text", self.doc_to_text), ("doc_to_target", self.doc_to_target)]
+        named += [("doc_to_choice", str(self.doc_to_choice))] if self.per_row_choices else []
         named += [("doc_to_references", source) for source in self.doc_to_references]
         return named + ([("doc_to_program", self.doc_to_program)] if self.doc_to_program else [])
 
@@ -314,6 +332,30 @@ class TaskSpec(Config):
                     f"split_filter.{split}={expression!r} is not a valid Jinja2 expression: {problem}",
                     "write a test over the row's fields and _index, e.g. '601 <= task_id <= 974'",
                 )
+
+    def _check_split_carve(self) -> None:
+        carved = self.split_carve
+        if not carved:
+            return
+        fix = "give split_carve: {by: FIELD, strata: FIELD, shares: {train: 60, validation: 10, test: 30}, seed: 0}"
+        unknown = sorted(set(carved) - {"by", "strata", "shares", "seed"})
+        if unknown:
+            self.fail(f"split_carve has key(s) {unknown}", fix)
+        for key in ("by", "strata"):
+            if (key == "by" or key in carved) and not (isinstance(carved.get(key), str) and is_field(carved[key])):
+                self.fail(f"split_carve.{key}={carved.get(key)!r} is not a field name", fix)
+        shares = carved.get("shares")
+        if not (isinstance(shares, dict) and len(shares) >= 2 and all(is_real(v) and v > 0 for v in shares.values())):
+            self.fail(f"split_carve.shares={shares!r} is not 2 or more splits with positive shares", fix)
+        for split in shares:
+            self._check_split("split_carve.shares", split)
+        if not is_int(carved.get("seed", 0)):
+            self.fail(f"split_carve.seed={carved['seed']!r} is not a whole number", "give seed: 0")
+        if set(shares) != set(self.data_files):
+            self.fail(
+                f"split_carve.shares names splits {sorted(shares)}, and data_files {sorted(self.data_files)}",
+                "give each split of data_files (the same file) its share",
+            )
 
     def _check_templates(self) -> None:
         for name, source in self._templates():
@@ -387,8 +429,13 @@ class TaskSpec(Config):
 
     @property
     def labels(self) -> tuple[str, ...]:
-        """The scored continuations of a multiple-choice task: the delimiter, then each label word."""
-        return tuple(self.target_delimiter + word for word in self.doc_to_choice)
+        """The scored continuations of a multiple-choice task: the delimiter, then each label word (none: per row)."""
+        return () if self.per_row_choices else tuple(self.target_delimiter + word for word in self.doc_to_choice)
+
+    @property
+    def per_row_choices(self) -> bool:
+        """Whether each row has its own options (``doc_to_choice`` a field or template, not fixed label words)."""
+        return isinstance(self.doc_to_choice, str)
 
     @property
     def metric(self) -> str:
@@ -445,22 +492,27 @@ class TaskSpec(Config):
         """The hub's name of our ``split`` (train, validation, test), or None."""
         return {"train": self.training_split, "validation": self.validation_split, "test": self.test_split}.get(split)
 
-    def label_index(self, value: Any) -> int:
-        """The choice index of a row's ``doc_to_target`` value: a label_aliases name, a choice word, or an index."""
+    def label_index(self, value: Any, choices: Sequence[str] | None = None) -> int:
+        """The choice index of a row's ``doc_to_target`` value: a label_aliases name, a choice's text, or an index.
+
+        ``choices``: the row's own options (default: the fixed ``doc_to_choice`` words).
+        """
+        options = tuple(self.doc_to_choice if choices is None else choices)
         if isinstance(value, str):
             if value in self.label_aliases:
                 return self.label_aliases[value]
-            if value.strip() in self.doc_to_choice:
-                return self.doc_to_choice.index(value.strip())
+            for text in (value, value.strip()):
+                if text in options:
+                    return options.index(text)
         try:
             label = int(value)
         except (TypeError, ValueError):
             label = -1
-        if not 0 <= label < len(self.doc_to_choice):
-            names = [*self.doc_to_choice, *self.label_aliases]
+        if not 0 <= label < len(options):
+            names = [*options, *self.label_aliases]
             raise TaskError(
-                f"label {value!r} (doc_to_target) is not one of task {self.task!r}'s {len(self.doc_to_choice)} labels",
-                f"give labels 0..{len(self.doc_to_choice) - 1} or names {names}",
+                f"label {value!r} (doc_to_target) is not one of task {self.task!r}'s {len(options)} labels {names}",
+                f"give labels 0..{len(options) - 1}, a choice's text or a label_aliases name",
             )
         return label
 
@@ -696,6 +748,47 @@ def _render(spec: TaskSpec, name: str, row: dict[str, Any], where: str) -> Any:
         ) from None
 
 
+def _carved(spec: TaskSpec, ds: Any, split: str, where: str) -> Any:
+    """The rows ``split_carve`` gives ``split`` of the spec's data file (all without one): see :mod:`.carve`."""
+    carving = spec.split_carve
+    if not carving:
+        return ds
+    fields = [carving["by"], *([carving["strata"]] if "strata" in carving else [])]
+    missing = [f for f in fields if f not in ds.column_names]
+    if missing:
+        raise TaskError(
+            f"{where} has no column(s) {missing} named by split_carve of task {spec.task!r} (it has {ds.column_names})",
+            "name the file's columns in split_carve.by and split_carve.strata",
+        )
+    keys = [str(v) for v in ds[carving["by"]]]
+    strata = [str(v) for v in ds[carving["strata"]]] if "strata" in carving else None
+    shares = [(s, carving["shares"][s]) for s in SPLITS if s in carving["shares"]]
+    splits = carve(keys, strata, shares, carving.get("seed", 0))
+    return ds.select([i for i, s in enumerate(splits) if s == split])
+
+
+def _choices(spec: TaskSpec, row: dict[str, Any], where: str) -> list[str]:
+    """A row's options: the fixed ``doc_to_choice`` words, or the row's own (a field's list, a template's list).
+
+    A template's text is read as a Python list literal, as lm-evaluation-harness reads it.
+    """
+    if not spec.per_row_choices:
+        return list(spec.doc_to_choice)
+    value = _render(spec, "doc_to_choice", row, where)
+    if isinstance(value, str) and not is_field(str(spec.doc_to_choice)):
+        try:
+            value = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            pass
+    if not (isinstance(value, (list, tuple)) and len(value) >= 2 and all(isinstance(v, str) and v for v in value)):
+        raise TaskError(
+            f"doc_to_choice of task {spec.task!r} gives {str(value)[:120]!r} for a row of {where}, not a list of 2 or "
+            "more non-empty texts",
+            'make doc_to_choice a field holding a list of texts, or a template rendering one, e.g. "{{[a, b, c]}}"',
+        )
+    return list(value)
+
+
 def _complete(needed: tuple[str, ...]) -> str:
     if len(needed) == 2:
         return f"both {needed[0]!r} and {needed[1]!r}"
@@ -720,7 +813,8 @@ def load_task(
     if spec.train_task is not None and split != "test":
         return load_task(spec.train_task, split, n, seed, source)
     ds, where = _rows(spec, split, source)
-    ds = _filtered(spec, ds, split, where)
+    spec_files = source is None or (source != "hub" and Path(source).is_dir())  # split_carve cuts those, no other
+    ds = _filtered(spec, _carved(spec, ds, split, where) if spec_files else ds, split, where)
     _check_columns(spec, ds, where)
     needed = spec.required_fields
     ds = ds.filter(lambda row: all(row[c] is not None for c in needed))
@@ -738,8 +832,12 @@ def load_task(
         prompt = str(_render(spec, "doc_to_text", row, where))
         target = _render(spec, "doc_to_target", row, where)
         if spec.output_type == "multiple_choice":
-            label = spec.label_index(target)
-            return {"prompt": prompt, "target": spec.labels[label], "label": label}
+            choices = _choices(spec, row, where)
+            if isinstance(target, str) and target.isdigit() and not is_field(spec.doc_to_target):
+                target = int(target)  # as lm-eval reads a template's whole number: an index
+            label = spec.label_index(target, choices)
+            framed = {"prompt": prompt, "target": spec.target_delimiter + choices[label], "label": label}
+            return framed | ({"choices": choices} if spec.per_row_choices else {})
         return {
             "prompt": prompt,
             "target": spec.target_delimiter + str(target),
@@ -751,6 +849,8 @@ def load_task(
     import datasets
 
     columns = {"prompt": datasets.Value("string"), "target": datasets.Value("string"), "label": datasets.Value("int64")}
+    if spec.per_row_choices:  # each row's own options
+        columns["choices"] = datasets.Sequence(datasets.Value("string"))
     if spec.output_type != "multiple_choice":  # what answers are scored against; the row (programs, rankings...)
         columns |= {"references": datasets.Sequence(datasets.Value("string")), "doc": datasets.Value("string")}
     return ds.map(frame, remove_columns=ds.column_names, features=datasets.Features(columns))

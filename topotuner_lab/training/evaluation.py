@@ -1,22 +1,50 @@
-"""Scoring a causal LM: label likelihood and held-out perplexity (a task's own metrics: :mod:`.scoring`)."""
+"""Scoring a causal LM: option likelihood and held-out perplexity (a task's own metrics: :mod:`.scoring`).
+
+Multiple choice follows lm-evaluation-harness (0.4.13): each option is scored by the summed log-probability of its
+tokens after the prompt (:func:`option_logprobs`; the prompt and option split as lm-eval splits them,
+:func:`encode_pair`), and :func:`choice_metrics` gives its ``acc``, ``acc_norm`` and ``acc_bytes``.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
+
+
+def _fit(prompt_ids: list[int], target_ids: list[int], max_length: int) -> tuple[list[int], list[int]]:
+    """Prompt and target ids within ``max_length`` tokens: the prompt cut from the left so the target always fits."""
+    room = max(1, max_length - len(target_ids))
+    return prompt_ids[-room:], target_ids[: max_length - 1]
 
 
 def encode(tokenizer: Any, prompt: str, target: str = "", max_length: int = 128) -> tuple[list[int], list[int]]:
     """Token ids of prompt and target; the prompt is cut from the left so the target always fits."""
     target_ids = tokenizer(target, add_special_tokens=False).input_ids if target else []
-    prompt_ids = tokenizer(prompt, add_special_tokens=True).input_ids
-    room = max(1, max_length - len(target_ids))
-    return prompt_ids[-room:], target_ids[: max_length - 1]
+    return _fit(tokenizer(prompt, add_special_tokens=True).input_ids, target_ids, max_length)
+
+
+def encode_pair(tokenizer: Any, prompt: str, continuation: str) -> tuple[list[int], list[int]]:
+    """Token ids of a prompt and a scored continuation, split as lm-evaluation-harness splits them.
+
+    The prompt's trailing whitespace moves to the continuation; prompt + continuation is tokenized whole and the
+    continuation is what follows the prompt's own tokens, so a token that would merge across the boundary is scored
+    as the text really tokenizes. An empty prompt is the BOS (else EOS) token, as lm-eval's prefix token.
+    """
+    spaces = len(prompt) - len(prompt.rstrip())
+    if spaces:
+        prompt, continuation = prompt[:-spaces], prompt[-spaces:] + continuation
+    prompt_ids = tokenizer(prompt, add_special_tokens=True).input_ids if prompt else []
+    if not prompt_ids:
+        prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+        return [prefix], tokenizer(continuation, add_special_tokens=False).input_ids
+    whole = tokenizer(prompt + continuation, add_special_tokens=True).input_ids
+    return prompt_ids, whole[len(prompt_ids) :]
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -38,6 +66,10 @@ def pad_rows(
     return ids.to(device), mask.to(device)
 
 
+def _pad_id(tokenizer: Any) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+
 @torch.no_grad()
 def continuation_logprobs(
     model: torch.nn.Module,
@@ -49,60 +81,121 @@ def continuation_logprobs(
     batch_size: int = 16,
 ) -> np.ndarray:
     """The log-probabilities log p(continuation | prompt), an (n_prompts, n_continuations) array."""
+    return option_logprobs(
+        model, tokenizer, prompts, [continuations] * len(prompts), max_length=max_length, batch_size=batch_size
+    )
+
+
+@torch.no_grad()
+def option_logprobs(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    options: Sequence[Sequence[str]],
+    *,
+    max_length: int = 128,
+    batch_size: int = 16,
+    progress: bool = False,
+) -> np.ndarray:
+    """Per row, log p(option | prompt) of each of the row's own options: an (n_rows, most options) array.
+
+    ``options`` are the scored continuations (the target delimiter included), one sequence per prompt; a row with
+    fewer options than the most is padded with ``-inf``. When every option is one token, one forward per prompt reads
+    the next-token distribution; otherwise each (prompt, option) pair, split by :func:`encode_pair` and cut to
+    ``max_length`` tokens from the left, is scored by :func:`pair_logprobs`.
+    """
     model.eval()
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    label_ids = [tokenizer(c, add_special_tokens=False).input_ids for c in continuations]
-    if all(len(ids) == 1 for ids in label_ids):  # one forward per prompt, read the next-token distribution
-        return _next_token_logprobs(
-            model, prompts, [ids[0] for ids in label_ids], tokenizer, pad, max_length, batch_size
-        )
-    pairs = [
-        (i, j, *encode(tokenizer, p, c, max_length)) for i, p in enumerate(prompts) for j, c in enumerate(continuations)
-    ]
-    out = np.zeros((len(prompts), len(continuations)))
-    for start in range(0, len(pairs), batch_size):
-        chunk = pairs[start : start + batch_size]
-        ids, mask = pad_rows([pr + tg for _, _, pr, tg in chunk], pad, model_device(model))
-        logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
-        for row, (i, j, pr, tg) in enumerate(chunk):
-            positions = torch.arange(len(pr) - 1, len(pr) + len(tg) - 1)
-            out[i, j] = float(logp[row, positions.to(logp.device), torch.tensor(tg, device=logp.device)].sum())
+    pad = _pad_id(tokenizer)
+    out = np.full((len(prompts), max((len(row) for row in options), default=0)), -np.inf)
+    distinct = list(dict.fromkeys(c for row in options for c in row))
+    alone = dict(zip(distinct, tokenizer(distinct, add_special_tokens=False).input_ids)) if distinct else {}
+    if alone and all(len(ids) == 1 for ids in alone.values()):
+        ids = [[alone[c][0] for c in row] for row in options]
+        _next_token_logprobs(model, prompts, ids, tokenizer, pad, max_length, batch_size, out)
+        return out
+    cells = [(i, j) for i, row in enumerate(options) for j in range(len(row))]
+    pairs = [_fit(*encode_pair(tokenizer, prompts[i], options[i][j]), max_length) for i, j in cells]
+    if cells:
+        rows, cols = zip(*cells)
+        out[list(rows), list(cols)] = pair_logprobs(model, pairs, pad, batch_size=batch_size, progress=progress)
+    return out
+
+
+@torch.no_grad()
+def pair_logprobs(
+    model: torch.nn.Module,
+    pairs: Sequence[tuple[list[int], list[int]]],
+    pad: int,
+    *,
+    batch_size: int = 16,
+    progress: bool = False,
+) -> np.ndarray:
+    """Per (prompt ids, target ids) pair, the summed log p(target | prompt) (float64; an empty target scores 0).
+
+    Pairs run longest first in left-padded batches with position ids counted from each row's first token, so a row's
+    numbers are its unpadded forward's up to float rounding; the LM head runs only at the target positions
+    (``logits_to_keep``), never over the whole prompt.
+    """
+    out = np.zeros(len(pairs))
+    device = model_device(model)
+    order = sorted((i for i, (_, t) in enumerate(pairs) if t), key=lambda i: -sum(map(len, pairs[i])))
+    for start in tqdm(range(0, len(order), batch_size), desc="options", unit="batch", disable=not progress):
+        chunk = order[start : start + batch_size]
+        ids, mask = pad_rows([pairs[i][0] + pairs[i][1] for i in chunk], pad, device, left=True)
+        lengths = torch.tensor([len(pairs[i][1]) for i in chunk], device=device)
+        longest = int(lengths.max())
+        logits = model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=(mask.cumsum(dim=1) - 1).clamp(min=0),
+            logits_to_keep=longest + 1,
+        ).logits[:, -longest - 1 : -1]
+        token_logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, -longest:, None])[..., 0]
+        in_target = torch.arange(longest, device=device)[None, :] >= (longest - lengths)[:, None]
+        out[chunk] = torch.where(in_target, token_logp, 0.0).double().sum(dim=1).cpu().numpy()
     return out
 
 
 def _next_token_logprobs(
     model: torch.nn.Module,
     prompts: Sequence[str],
-    token_ids: list[int],
+    token_ids: Sequence[Sequence[int]],
     tokenizer: Any,
     pad: int,
     max_length: int,
     batch_size: int,
-) -> np.ndarray:
-    """Next-token log-probabilities of ``token_ids`` after each prompt.
+    out: np.ndarray,
+) -> None:
+    """Into ``out``, each row's next-token log-probabilities of its ``token_ids`` after its prompt.
 
     Prompts are batched by length (less padding) and the LM head runs only at each row's last token
     (``logits_to_keep``): per row the same numbers as a full forward, without the (batch, length, 49k) logits.
     """
     encoded = [encode(tokenizer, p, "", max_length - 1)[0] for p in prompts]
     order = np.argsort([len(e) for e in encoded], kind="stable")
-    out = np.zeros((len(prompts), len(token_ids)))
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
         ids, mask = pad_rows([encoded[i] for i in rows], pad, model_device(model))
         last = (mask.sum(dim=1) - 1)[:, None]
         logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=last).logits[:, 0].float()
-        out[rows] = torch.log_softmax(logits, dim=-1)[:, token_ids].cpu().numpy()
-    return out
+        logp = torch.log_softmax(logits, dim=-1).cpu().numpy()
+        for k, i in enumerate(rows):
+            out[i, : len(token_ids[i])] = logp[k, list(token_ids[i])]
 
 
 def classification_scores(
-    model: torch.nn.Module, tokenizer: Any, dataset: Any, labels: Sequence[str], **kwargs: Any
+    model: torch.nn.Module, tokenizer: Any, dataset: Any, labels: Sequence[str] | Sequence[Sequence[str]], **kwargs: Any
 ) -> np.ndarray:
-    """The log-probabilities log p(label word | prompt), an (n_rows, n_labels) array (not normalized over labels)."""
+    """The log-probabilities log p(label | prompt), an (n_rows, n_labels) array (not normalized over labels).
+
+    ``labels``: the continuations scored after every row's prompt, or one sequence per row (each row's own options,
+    padded with ``-inf`` to the most); ``kwargs`` go to :func:`option_logprobs`.
+    """
+    fixed = not labels or isinstance(labels[0], str)
     if len(dataset) == 0:
-        return np.zeros((0, len(labels)))
-    return continuation_logprobs(model, tokenizer, dataset["prompt"], labels, **kwargs)
+        return np.zeros((0, len(labels) if fixed else 0))
+    per_row = [cast("Sequence[str]", labels)] * len(dataset) if fixed else labels
+    return option_logprobs(model, tokenizer, dataset["prompt"], per_row, **kwargs)
 
 
 def correct_from_scores(scores: np.ndarray, true_labels: Any) -> np.ndarray:
@@ -110,6 +203,25 @@ def correct_from_scores(scores: np.ndarray, true_labels: Any) -> np.ndarray:
     if len(scores) == 0:
         return np.zeros(0, dtype=bool)
     return np.asarray(scores.argmax(axis=1) == np.asarray(true_labels))
+
+
+def choice_metrics(scores: np.ndarray, options: Sequence[Sequence[str]], true_labels: Any) -> dict[str, np.ndarray]:
+    """Per row, lm-evaluation-harness's multiple-choice metrics from the options' scores.
+
+    ``scores`` are the options' log-probabilities (:func:`option_logprobs`), ``options`` their texts without the
+    target delimiter. ``acc``: the true option scores highest; ``acc_norm``: highest per character of its text (lm-eval
+    0.4.13's ``len(text)``, though its docs say bytes); ``acc_bytes``: highest per UTF-8 byte. The first option wins a
+    tie, as numpy's (and lm-eval's) argmax.
+    """
+    chars, size = np.ones(scores.shape), np.ones(scores.shape)  # padding cells score -inf whatever their length
+    for i, row in enumerate(options):
+        chars[i, : len(row)] = [len(text) for text in row]
+        size[i, : len(row)] = [len(text.encode("utf-8")) for text in row]
+    return {
+        "acc": correct_from_scores(scores, true_labels),
+        "acc_norm": correct_from_scores(scores / chars, true_labels),
+        "acc_bytes": correct_from_scores(scores / size, true_labels),
+    }
 
 
 def label_logloss(scores: np.ndarray, true_labels: Any) -> np.ndarray:
@@ -172,7 +284,7 @@ def perplexity_probe(
 ) -> PerplexityProbe:
     """exp(mean token negative log-likelihood) over ``texts``, with each text's mean token NLL (for paired tests)."""
     model.eval()
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad = _pad_id(tokenizer)
     total_nll, total_tokens = 0.0, 0
     text_nll: list[float] = []
     text_tokens: list[int] = []

@@ -1,6 +1,7 @@
 """Scoring a model on a task's rows with the task's own metrics, per example, so every claim stays paired.
 
-One :class:`TaskScorer` per task: label likelihood for ``multiple_choice`` (``acc``, and the label log-loss a
+One :class:`TaskScorer` per task: option likelihood for ``multiple_choice``, fixed label words or each row's own
+options, as lm-evaluation-harness scores them (``acc``, ``acc_norm``, ``acc_bytes``, and the label log-loss a
 validation criterion reads); for ``generate_until`` one batched greedy generation
 (:func:`~topotuner_lab.training.generation.generate`, the spec's stop strings and ``max_gen_toks``) and then every
 metric of the spec's ``metric_list`` on the same answers: GSM8K's final-number ``exact_match``, SQuAD's ``exact`` /
@@ -24,7 +25,7 @@ from topotuner_lab.tasks import metrics
 from topotuner_lab.tasks.sandbox import SandboxLimits, run_program
 from topotuner_lab.tasks.specs import TaskSpec, final_number, get_task
 from topotuner_lab.tasks.templates import render
-from topotuner_lab.training.evaluation import classification_scores, correct_from_scores, label_logloss
+from topotuner_lab.training.evaluation import choice_metrics, classification_scores, label_logloss
 from topotuner_lab.training.generation import generate
 from topotuner_lab.training.ranking import ranking_example_scores, rerank_scores
 
@@ -137,8 +138,7 @@ class TaskScorer:
         if len(ds) == 0:
             return {name: np.zeros(0) for name in self.spec.metrics}
         if self.spec.kind == "classification":
-            scores = classification_scores(model, self.tokenizer, ds, self.spec.labels, max_length=self.max_length)
-            return {"acc": correct_from_scores(scores, ds["label"]), "logloss": label_logloss(scores, ds["label"])}
+            return self._choices(model, ds)
         if self.spec.kind == "ranking":
             return self._ranking(model, ds)
         answers = self.answers(model, ds)
@@ -146,6 +146,26 @@ class TaskScorer:
         for score in _generation_metrics(self.spec, self.limits):
             out |= score(answers, ds)
         return {name: out[name] for name in self.spec.metrics}
+
+    def _choices(self, model: torch.nn.Module, ds: Any) -> ExampleScores:
+        """Each row's options (fixed words or its own) scored by log p(delimiter + option | prompt), lm-eval's way.
+
+        The spec's metrics (``acc``, ``acc_norm``, ``acc_bytes``) and ``logloss``, the true option's log-loss with
+        the probabilities normalized over the row's options.
+        """
+        spec = self.spec
+        options = list(ds["choices"]) if spec.per_row_choices else [spec.doc_to_choice] * len(ds)
+        scores = classification_scores(
+            model,
+            self.tokenizer,
+            ds,
+            [[spec.target_delimiter + text for text in row] for row in options],
+            max_length=self.max_length,
+            batch_size=self.batch_size,
+            progress=self.progress,
+        )
+        out = choice_metrics(scores, options, ds["label"])
+        return {name: out[name] for name in spec.metrics} | {"logloss": label_logloss(scores, ds["label"])}
 
     def _ranking(self, model: torch.nn.Module, ds: Any) -> ExampleScores:
         """Each row's candidates reranked by log p(target(query) | prompt(candidate)); nDCG@10 and MRR@10 per row."""
