@@ -16,6 +16,8 @@ METHODS: tuple[str, ...] = ("full", "lora", "profile", "spectrum-top5")
 #: untuned defaults, recorded in results; Spectrum at full fine-tuning's rate, as the authors ran it
 DEFAULT_LR = {"full": 3e-5, "lora": 3e-4, "profile": 2e-4, "spectrum-top5": 3e-5}
 LR_SCHEDULERS: tuple[str, ...] = ("linear", "constant", "cosine")
+#: training precisions: float32, or bfloat16 / float16 mixed precision (float32 weights, autocast compute)
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
 
 TEXT = Check(lambda v: isinstance(v, str) and v != "", "a non-empty string")
 FLAG = Check(lambda v: isinstance(v, bool), "True or False")
@@ -95,6 +97,18 @@ class FinetuneConfig(Config):
         parse=float,
     )
     lr_scheduler: str = opt("linear", "learning-rate schedule over the epoch budget", choices=LR_SCHEDULERS)
+    precision: str = opt(
+        "fp32",
+        "training precision: fp32, or bf16 / fp16 mixed precision (float32 weights, the forward and backward in "
+        "bfloat16 / float16); fp16 needs a CUDA GPU, bf16 runs on a GPU with bfloat16 (Ampere or newer) and on CPU",
+        choices=PRECISIONS,
+    )
+    gradient_checkpointing: bool = opt(
+        False,
+        "recompute each layer's activations in the backward pass instead of keeping them (non-reentrant, so frozen "
+        "embeddings and matrices pass their gradients on): less memory for about a third more compute",
+        check=FLAG,
+    )
     seed: int = opt(0, "training seed", check=NON_NEGATIVE_INT)
     data_seed: int = opt(0, "which rows are drawn and their order", check=NON_NEGATIVE_INT)
     stop_threshold: float | str | None = opt(

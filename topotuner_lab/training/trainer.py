@@ -1,12 +1,13 @@
 """The model and the HF ``Trainer`` of one fine-tune.
 
-A trainable copy per method (full, LoRA, profile card), completion-only tokenization, and checkpoints that hold only
-what trains.
+A trainable copy per method (full, LoRA, profile card), completion-only tokenization, checkpoints that hold only
+what trains, and the precision and activation checkpointing a GPU run asks for.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,36 @@ def last_checkpoint(output_dir: Path) -> str | None:
 
 
 TRAINABLE_WEIGHTS = "trainable.safetensors"
+#: each training precision as accelerate names its mixed-precision mode
+MIXED_PRECISION: dict[str, str] = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
+
+
+def check_precision(cfg: FinetuneConfig) -> None:
+    """Refuse a precision this process would not train in, so a run never records one precision and trains in another.
+
+    fp16 without CUDA: accelerate then trains in float32 without a word (measured on CPU with torch 2.13 and
+    accelerate 1.16: the matrix products stay float32 and the loss equals fp32's). bf16 on a CUDA GPU without bfloat16
+    (before Ampere). An ``accelerate launch --mixed_precision`` other than ``--precision``: under fp32 it would set the
+    precision unrecorded.
+    """
+    cuda = torch.cuda.is_available()
+    if cfg.precision == "fp16" and not cuda:
+        raise ParameterError(
+            "precision fp16 needs a CUDA GPU: without one, training would run in float32 while recording fp16",
+            "use --precision bf16 (bfloat16 autocast runs on CPU) or --precision fp32, or run on a CUDA GPU",
+        )
+    if cfg.precision == "bf16" and cuda and not torch.cuda.is_bf16_supported():
+        raise ParameterError(
+            f"precision bf16 needs a GPU with bfloat16 (Ampere or newer); {torch.cuda.get_device_name(0)} has none",
+            "use --precision fp16 (float16 with loss scaling) or --precision fp32",
+        )
+    launcher = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    if launcher not in ("no", MIXED_PRECISION[cfg.precision]):
+        raise ParameterError(
+            f"accelerate launch asks for mixed precision {launcher}, the fine-tune for --precision {cfg.precision}",
+            f"give both the same (accelerate launch --mixed_precision {MIXED_PRECISION[cfg.precision]}), or launch "
+            "with --mixed_precision no and choose with --precision",
+        )
 
 
 class TrainableOnlyTrainer(Trainer):
@@ -160,8 +191,13 @@ def build_trainer(
     """An HF ``Trainer`` for ``cfg``.
 
     Weight decay 0 (frozen rows of fused matrices never move), one kept checkpoint per epoch, the terminal progress
-    bar HF shows; profile runs checkpoint only their trainable tensors.
+    bar HF shows; profile runs checkpoint only their trainable tensors. Mixed precision as ``cfg.precision`` says
+    (refused where it would not run as asked: :func:`check_precision`). Activation checkpointing, when asked, is
+    non-reentrant: a checkpointed layer then passes gradients to its trainable weights whether or not its inputs
+    require grad (frozen embeddings: profile runs, LoRA); reentrant checkpointing passes none unless the input
+    embeddings' output is made to require grad, which transformers (5.x) also does when it turns checkpointing on.
     """
+    check_precision(cfg)
     args = TrainingArguments(
         output_dir=cfg.output_dir,
         num_train_epochs=cfg.epochs,
@@ -169,6 +205,10 @@ def build_trainer(
         learning_rate=cfg.learning_rate or DEFAULT_LR[cfg.method],
         weight_decay=0.0,
         lr_scheduler_type=cfg.lr_scheduler,
+        bf16=cfg.precision == "bf16",
+        fp16=cfg.precision == "fp16",
+        activation_checkpointing=cfg.gradient_checkpointing,  # transformers 5's name for gradient checkpointing
+        activation_checkpointing_kwargs={"use_reentrant": False} if cfg.gradient_checkpointing else None,
         logging_strategy="epoch",
         save_strategy="epoch" if cfg.save_checkpoints else "no",
         save_total_limit=1,
