@@ -50,7 +50,8 @@ def test_every_recipe_file_equals_the_old_dict(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
-def test_every_preset_file_says_what_it_is_for_its_size_cost_and_command(name: str) -> None:
+def test_every_preset_file_loads_and_says_what_it_is_for_its_size_cost_and_command(name: str) -> None:
+    assert isinstance(PRESETS[name], Preset)
     text = PRESETS.path(name).read_text()
     first = summary(PRESETS.path(name))
     assert text.startswith(f"# {first}\n") and 0 < len(first) <= 60  # one line of `reproduce --help` at 80 columns
@@ -132,7 +133,9 @@ def recorded(monkeypatch) -> dict[str, object]:
     import topotuner_lab.study.protocol as protocol
 
     calls: dict[str, object] = {}
-    monkeypatch.setattr(protocol, "run_study", lambda preset, output: calls.update(preset=preset, output=output) or [])
+    monkeypatch.setattr(
+        protocol, "run_study", lambda preset, output, **_: calls.update(preset=preset, output=output) or []
+    )
     monkeypatch.setattr(report, "write_report", lambda folder, path, command: calls.update(report=path, cmd=command))
     return calls
 
