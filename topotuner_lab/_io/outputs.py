@@ -19,11 +19,18 @@ def _resolved(path: str | os.PathLike[str]) -> Path:
     return Path(path).expanduser().resolve()
 
 
-def check_writable(path: str | os.PathLike[str], what: str, *, suffixes: Iterable[str] = ()) -> Path:
+def check_writable(
+    path: str | os.PathLike[str],
+    what: str,
+    *,
+    suffixes: Iterable[str] = (),
+    new_folders_under: Iterable[str | os.PathLike[str]] | None = None,
+) -> Path:
     """Refuse an output path that cannot or should not be written; the resolved path otherwise.
 
-    Refused: a folder, a path under a file or a system folder, one that cannot be created, or a suffix other than
-    ``suffixes`` (when given).
+    Refused: a folder, a path under a file or a system folder, one that cannot be created, a suffix other than
+    ``suffixes`` (when given), or one whose folder is missing and lies outside every folder of ``new_folders_under``
+    (when given: the only places where writing it may create folders).
     """
     target = _resolved(path)
     suffixes = tuple(suffixes)
@@ -41,6 +48,13 @@ def check_writable(path: str | os.PathLike[str], what: str, *, suffixes: Iterabl
     parent = target.parent
     while not parent.exists():
         parent = parent.parent
+    roots = None if new_folders_under is None else [_resolved(root) for root in new_folders_under]
+    if roots is not None and parent != target.parent and not any(target.parent.is_relative_to(r) for r in roots):
+        raise ParameterError(
+            f"{what} {path} lies in a folder that does not exist ({target.parent}); missing folders are created only "
+            f"below {' or '.join(map(str, roots))}",
+            f"create {target.parent} first, or write the {what} below {' or '.join(map(str, roots))}",
+        )
     if not parent.is_dir():
         raise ParameterError(
             f"{what} {path} lies under {parent}, which is a file, not a folder", "choose an output path inside a folder"

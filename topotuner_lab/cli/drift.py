@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from topotuner_lab._io.errors import ParameterError
+from topotuner_lab._io.errors import InputFileError, ParameterError
 from topotuner_lab._io.outputs import check_writable, refuse_overwrite
 from topotuner_lab.cli.options import add_config_options, config_from_args
 
@@ -17,14 +17,33 @@ _EPOCH_FILE = re.compile(r"epoch-(\d+)\.safetensors")
 
 
 def _epoch_files(folder: Path) -> list[Path]:
-    """A run folder's per-epoch snapshots, in epoch order (``epoch-10`` after ``epoch-9``)."""
-    found = [(int(m[1]), p) for p in folder.iterdir() if (m := _EPOCH_FILE.fullmatch(p.name)) and p.is_file()]
+    """A run folder's per-epoch snapshots, in epoch order (``epoch-10`` after ``epoch-9``): every epoch of the run.
+
+    The run's epochs are those its ``results.json`` records (``epochs_run``, read verified), else 1 to the last
+    snapshot's; a folder missing one of them, or holding one beyond them, is refused: an aggregate over the others
+    would not be the run's.
+    """
+    found = {int(m[1]): p for p in folder.iterdir() if (m := _EPOCH_FILE.fullmatch(p.name)) and p.is_file()}
     if not found:
         raise ParameterError(
             f"{folder} is a folder without per-epoch snapshots (epoch-N.safetensors)",
             "fine-tune with --save-epoch-snapshots, or give the snapshot files themselves",
         )
-    return [p for _, p in sorted(found)]
+    epochs, recorded = max(found), "its snapshots go up to that epoch"
+    if (folder / "results.json").is_file():
+        from topotuner_lab.training.results import load_results
+
+        epochs, recorded = int(load_results(folder / "results.json")["epochs_run"]), "as its results.json records"
+    missing = [f"epoch-{epoch}.safetensors" for epoch in range(1, epochs + 1) if epoch not in found]
+    beyond = [found[epoch].name for epoch in sorted(found) if not 1 <= epoch <= epochs]
+    if missing or beyond:
+        raise InputFileError(
+            f"run folder {folder} ran {epochs} epoch(s) ({recorded}) but "
+            + (f"lacks {', '.join(missing)}" if missing else f"also holds {', '.join(beyond)}"),
+            "fine-tune again with --save-epoch-snapshots into an empty folder to aggregate every epoch, or give "
+            "the snapshot files themselves to aggregate only those",
+        )
+    return [found[epoch] for epoch in range(1, epochs + 1)]
 
 
 def after_snapshots(given: list[str], aggregate: str | None) -> list[Path]:

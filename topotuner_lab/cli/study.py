@@ -30,7 +30,8 @@ def _cmd_report(args: argparse.Namespace) -> None:
     from topotuner_lab.lab.report import write_report
 
     report = args.report or f"{args.folder}/RESULTS.md"
-    check_writable(report, "report", suffixes=(".md",))
+    # a missing folder is made only inside the comparison or the current folder, never anywhere a typo points
+    check_writable(report, "report", suffixes=(".md",), new_folders_under=(args.folder, "."))
     write_report(args.folder, report, f"topotuner-lab report {args.folder}")
     print(f"wrote {report}")
 

@@ -33,6 +33,7 @@ from topotuner_lab._io.config import (
 )
 from topotuner_lab._io.errors import ProfileError
 from topotuner_lab.drift import columns
+from topotuner_lab.drift.tables import drift_columns
 from topotuner_lab.profiles.card import (
     DEFAULT_NORMALIZATION,
     FIXED_RANKINGS,
@@ -332,8 +333,13 @@ def matched_per_kind(
     return {kind: best for kind in wanted}
 
 
-def check_table_fits(table: pd.DataFrame, identity: ModelIdentity) -> None:
-    """Refuse a drift table of another model: ids, shapes, and the pretrained weight hash it records."""
+def check_table_fits(table: pd.DataFrame, identity: ModelIdentity, *, allow_partial: bool = False) -> None:
+    """Refuse a drift table that does not fit the model, or whose drift is not a distance.
+
+    Refused: a table of another model (ids, shapes, the pretrained weight hash it records); one that lacks some of
+    the model's projections, unless ``allow_partial`` (a card leaves those frozen without ranking them); a negative
+    value in a drift column (a table edited by hand, or damaged).
+    """
     unknown = sorted(set(table["pid"]) - set(identity.shapes))
     if unknown:
         raise ProfileError(
@@ -348,6 +354,24 @@ def check_table_fits(table: pd.DataFrame, identity: ModelIdentity) -> None:
             f"drift table shapes differ from the pretrained snapshot at {differing[:5]} "
             f"({identity.shapes[differing[0]]} in the snapshot): the table is of another model",
             "use a drift table computed for this model",
+        )
+    missing = [p for p in identity.shapes if p not in set(table["pid"])]
+    if missing and not allow_partial:
+        raise ProfileError(
+            f"drift table covers {len(identity.shapes) - len(missing)} of the {len(identity.shapes)} projections of "
+            f"{identity.name} (missing {missing[:5]}{' ...' if len(missing) > 5 else ''}): a card would leave the "
+            "others frozen without ranking them",
+            "compute drift over every projection of the model, or allow it (allow_partial=True; `profile "
+            "--allow-partial-table`) to rank only the table's projections",
+        )
+    negative = {c: table.loc[pd.to_numeric(table[c], errors="coerce") < 0, "pid"] for c in drift_columns(table)}
+    negative = {c: pids for c, pids in negative.items() if len(pids)}
+    if negative:
+        raise ProfileError(
+            "drift table holds negative drift ("
+            + "; ".join(f"{c} at {list(pids)[:5]}" for c, pids in negative.items())
+            + "): drift is a distance, never below 0, so the table was edited or damaged",
+            "compute the table again with `topotuner-lab drift BEFORE AFTER -o FILE.parquet`",
         )
     recorded = table.attrs.get("before_hash")
     if recorded is None:
@@ -433,6 +457,12 @@ class CardSettings(Config):
     stop_threshold: float | None = opt(
         None, "early-stopping threshold recorded in the card, in (0, 1)", check=optional(OPEN_UNIT)
     )
+    allow_partial: bool = opt(
+        False,
+        "accept a drift table without some of the model's projections: the card ranks the table's and leaves the "
+        "others frozen (else such a table is refused)",
+        flags=("--allow-partial-table",),
+    )
 
     def check(self) -> None:
         """Exactly one budget (a count, a fraction, counts per kind); a matched per-kind budget needs a fraction."""
@@ -478,6 +508,7 @@ def build_profile(
     drift_settings: dict[str, Any] | None = None,
     normalization: str = DEFAULT_NORMALIZATION,
     noise: Sequence[pd.DataFrame] = (),
+    allow_partial: bool = False,
 ) -> ProfileCard:
     """Build a profile card from a drift table (one row per projection id).
 
@@ -500,6 +531,8 @@ def build_profile(
     per_kind_budget : with ``fraction``: the per-kind budget :func:`matched_per_kind` makes of it (the card records
         the per-kind counts).
     normalization : one of ``NORMALIZATIONS`` (see :func:`normalized_scores`); ``noise`` tables for ``noise-z``.
+    allow_partial : accept a table without some of the model's projections (they stay frozen, unranked); else such
+        a table is refused, as is one of another model or with negative drift (:func:`check_table_fits`).
     """
     CardSettings(
         prior_task=prior_task,
@@ -512,9 +545,10 @@ def build_profile(
         per_kind_budget=per_kind_budget,
         seed=seed,
         stop_threshold=stop_threshold,
+        allow_partial=allow_partial,
     )
     ranking = strategy_scores(table, strategy, metric, normalization, noise, seed=seed)
-    check_table_fits(table, identity)
+    check_table_fits(table, identity, allow_partial=allow_partial)
     gradient_task = table.attrs.get("gradient_task") if strategy == "gradient" else None
     if strategy == "gradient" and not isinstance(gradient_task, str):
         raise ProfileError(

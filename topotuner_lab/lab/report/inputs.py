@@ -6,7 +6,6 @@ computes: a table the comparison did not write is left out.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +15,10 @@ import pandas as pd
 
 from topotuner_lab._io.errors import InputFileError
 from topotuner_lab.drift.tables import load_table
+from topotuner_lab.lab.report import ledger
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import build_profile
-from topotuner_lab.study.claims import ClaimResult, claim_results, correct_from, stopping_runs, with_holm
+from topotuner_lab.study.claims import ClaimResult, claim_results, stopping_runs, with_holm
 from topotuner_lab.study.matrix import transfer_matrix
 from topotuner_lab.study.plan import with_key_columns
 from topotuner_lab.study.presets import RECIPE_STRATEGIES, Preset
@@ -31,7 +31,6 @@ from topotuner_lab.study.stability import (
     value_output_share,
 )
 from topotuner_lab.study.workspace import WorkDir
-from topotuner_lab.weights.checkpoint import read_json
 from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
 
@@ -77,13 +76,13 @@ class StudyInputs:
     val_sources: dict[str, str] = field(default_factory=dict)
 
 
-def _preset(recorded: dict[str, Any]) -> tuple[Preset, int | None, str | None]:
+def _preset(out: WorkDir, recorded: dict[str, Any]) -> tuple[Preset, int | None, str | None]:
     """The preset a comparison recorded, with the planned run count and machine it noted beside it."""
     recorded = dict(recorded)
     planned, machine = recorded.pop("planned_runs", None), recorded.pop("machine", None)
     if recorded.get("constant_lr") is True:  # an early version said ``true`` for every strategy
         recorded["constant_lr"] = recorded["strategies"]
-    return Preset.from_dict(recorded), planned, machine
+    return ledger.checked_preset(out, recorded), planned, machine
 
 
 def _model_drift(work: WorkDir, preset: Preset) -> ModelDrift | None:
@@ -112,29 +111,32 @@ def _model_drift(work: WorkDir, preset: Preset) -> ModelDrift | None:
     return ModelDrift(work, load_snapshot(work.pretrained), tables, noise, finetuned, seed_tables)
 
 
-def _transfer_records(out: WorkDir) -> list[dict[str, Any]]:
-    """The transfer checks the comparison recorded, one per transfer and budget."""
-    return [read_json(path, "transfer check record") for path in sorted(out.transfer_checks())]
-
-
 def load_study(out_dir: str | Path) -> StudyInputs:
-    """The comparison under ``out_dir``, loaded and checked (a folder of the earlier protocol is refused)."""
+    """The comparison under ``out_dir``, loaded and checked (a folder of the earlier protocol is refused).
+
+    Its ledger (preset, results table, each run's results, transfer checks) is verified (:mod:`.ledger`) before any
+    drift table or snapshot is read.
+    """
     out = WorkDir(out_dir)
     if not out.results.is_file() or not out.preset.is_file():
         raise InputFileError(
             f"{out.root} holds no comparison (results.csv and preset.json)", "run `topotuner-lab reproduce` first"
         )
-    results = pd.read_csv(out.results)
-    recorded = json.loads(out.preset.read_text())
+    results, recorded = ledger.read_results_table(out), ledger.read_preset_record(out)
     if "selected" not in results.columns or "lr_grid" not in recorded:
         raise InputFileError(
             f"{out.root} holds a comparison of the earlier protocol (no learning-rate selection)",
             "run `topotuner-lab reproduce` into a new folder (-o) to use the tuned protocol",
         )
     results = with_key_columns(results)
-    preset, planned, machine = _preset(recorded)
+    preset, planned, machine = _preset(out, recorded)
+    runs = ledger.verified_runs(out, results, preset, planned)
+    transfer_checks = ledger.transfer_records(out, preset)
     models = [m for m in (_model_drift(w, preset) for w in [out, *out.models()]) if m is not None]
-    correct = correct_from(out.root)  # one memoized reader of the runs' results: claims, and the test rows scored
+
+    def correct(run_dir: str, key: str) -> Any:  # the verified results: claims, and the test rows scored
+        return runs[run_dir][key]  # type: ignore[literal-required]
+
     return StudyInputs(
         out.root,
         results,
@@ -148,7 +150,7 @@ def load_study(out_dir: str | Path) -> StudyInputs:
         ),
         models,
         (len(correct(str(results["run_dir"].iloc[0]), "test_correct")) or None) if len(results) else None,
-        _transfer_records(out),
+        transfer_checks,
         seed_picks(models, preset),
         stop_histories(results, correct) if len(results) else [],
         transfer_matrix(results) if len(results) else pd.DataFrame(),
