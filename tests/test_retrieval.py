@@ -189,3 +189,36 @@ def test_beir_split_is_frozen():
     split = BeirSplit(corpus={}, queries={}, qrels={})
     with pytest.raises(AttributeError):
         split.queries = {}  # type: ignore[misc]
+
+
+# ------------------------------------------------------------------------- one tie rule for every ranking metric
+
+#: candidates in the first stage's order, chosen so that it differs from document-id order both ways
+TIED = {"b": 0.0, "c": 0.0, "a": 0.0}
+
+
+@pytest.mark.parametrize("relevant, place", [("b", 1), ("c", 2), ("a", 3)])
+def test_ndcg_and_mrr_break_ties_alike_by_the_candidates_order(relevant, place):
+    """All candidates score 0: each metric ranks them b, c, a (the given order), not by id ascending or descending.
+
+    Before, nDCG (trec_eval: id descending, c b a) and MRR (ir-measures' msmarco: id ascending, a b c) disagreed:
+    relevant ``a`` scored nDCG 0.5 and MRR 1.0.
+    """
+    from topotuner_lab.tasks.metrics import ranking_scores
+
+    record = ranking_scores({"q": TIED}, {"q": {relevant: 1}}).set_index("query").loc["q"]
+    assert record["mrr@10"] == pytest.approx(1 / place)
+    assert record["ndcg@10"] == pytest.approx(1 / np.log2(place + 1))
+    rows = [{"query_id": "q", "qrels": {relevant: 1}, "candidates": [{"id": d} for d in TIED]}]
+    per_row = ranking_example_scores(rows, [TIED])  # the reranked task's path: a constant scorer keeps BM25's order
+    assert per_row["mrr@10"][0] == record["mrr@10"] and per_row["ndcg@10"][0] == record["ndcg@10"]
+
+
+def test_partial_ties_and_nan_scores_follow_the_same_rule():
+    from topotuner_lab.tasks.metrics import ranking_scores
+
+    run = {"q": {"n": float("nan"), "b": 0.5, "x": 1.0, "a": 0.5}}  # ranked x, b, a, n
+    for relevant, place in (("x", 1), ("b", 2), ("a", 3), ("n", 4)):
+        record = ranking_scores(run, {"q": {relevant: 1}}).set_index("query").loc["q"]
+        assert record["mrr@10"] == pytest.approx(1 / place)
+        assert record["ndcg@10"] == pytest.approx(1 / np.log2(place + 1))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -18,6 +19,18 @@ from typing import Any, ClassVar, TypeVar
 from topotuner_lab._io.errors import ParameterError, TopoTunerError
 
 C = TypeVar("C", bound="Config")
+
+#: how a checked value is shown in an error: cut short, so a huge value (or one built of shared parts, as YAML aliases
+#: build it) is a short line, not a walk through all of it
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 80
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = _SHOWN.maxfrozenset = 8
+_SHOWN.maxlevel = 2
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut short for an error message: long texts, long lists and deep nesting elided with ``...``."""
+    return _SHOWN.repr(value)
 
 
 @dataclass(frozen=True)
@@ -113,11 +126,11 @@ class Config:
             choices, check = f.metadata.get("choices"), f.metadata.get("check")
             if choices is not None and value not in choices:
                 self.fail(
-                    f"{f.name}={value!r} is not one of {', '.join(map(str, choices))}",
+                    f"{f.name}={shown(value)} is not one of {', '.join(map(str, choices))}",
                     f"use one of {', '.join(map(str, choices))}",
                 )
             if check is not None and not check(value):
-                self.fail(f"{f.name}={value!r} is not {check.wanted}", f"give {f.name} as {check.wanted}")
+                self.fail(f"{f.name}={shown(value)} is not {check.wanted}", f"give {f.name} as {check.wanted}")
         self.check()
 
     def check(self) -> None:

@@ -4,7 +4,8 @@ The task (SciFact in ``shared/data/scifact``, or any folder in the BEIR layout) 
 first-stage candidate list: BM25 proposes ``k`` documents per query (:func:`bm25_candidates`), a causal LM scores
 each by the query likelihood log p(query | document) (``topotuner_lab.training.ranking.rerank_scores``), and
 nDCG@10 / MRR@10 are computed against the full judgements (a relevant document BM25 missed still counts in the ideal
-ranking, so reranking cannot hide the first stage's misses).
+ranking, so reranking cannot hide the first stage's misses). Documents the LM scores alike keep BM25's order, in
+every metric (the tie rule of :mod:`topotuner_lab.tasks.metrics`).
 
 BEIR layout (:func:`read_beir`)::
 

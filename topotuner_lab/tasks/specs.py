@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from topotuner_lab._io.config import POSITIVE_INT, REQUIRED, Check, Config, is_int, is_real, opt, optional
+from topotuner_lab._io.config import POSITIVE_INT, REQUIRED, Check, Config, is_int, is_real, opt, optional, shown
 from topotuner_lab._io.errors import TaskError
 from topotuner_lab.tasks.carve import carve
 from topotuner_lab.tasks.datafiles import FORMATS, file_format, read_data_file
@@ -50,6 +50,7 @@ __all__ = [
     "has_validation_split",
     "load_task",
     "read_spec",
+    "training_spec",
 ]
 
 #: how a task is scored: the likelihood of each label word, or greedy generation
@@ -102,6 +103,8 @@ _UNSUPPORTED = (
     "should_decontaminate",
     "tag",
 )
+#: the most values a spec file may hold, an alias counted at each use (a spec holds a few hundred)
+MAX_YAML_VALUES = 10_000
 #: where the built-in task specs live (shipped as package data)
 BUILTIN_DIR = Path(__file__).with_name("builtin")
 
@@ -386,7 +389,7 @@ class TaskSpec(Config):
         if not (isinstance(until, str) and until) and not (
             isinstance(until, (list, tuple)) and all(isinstance(s, str) and s for s in until)
         ):
-            self.fail(f"generation_kwargs.until={until!r} is not a list of stop strings", 'give until: ["\\n\\n"]')
+            self.fail(f"generation_kwargs.until={shown(until)} is not a list of stop strings", 'give until: ["\\n\\n"]')
         if self.doc_to_program and "completion" not in fields_of(self.doc_to_program):
             self.fail("doc_to_program does not use {{ completion }}", "put {{ completion }} where the answer goes")
         tokens = self.generation_kwargs.get("max_gen_toks", 1)
@@ -400,7 +403,9 @@ class TaskSpec(Config):
         for i, item in enumerate(self.metric_list):
             entry = {"metric": item} if isinstance(item, str) else item
             if not isinstance(entry, Mapping) or "metric" not in entry:
-                self.fail(f"metric_list[{i}]={item!r} is not a mapping with a metric", f"give - metric: {allowed[0]}")
+                self.fail(
+                    f"metric_list[{i}]={shown(item)} is not a mapping with a metric", f"give - metric: {allowed[0]}"
+                )
             if entry["metric"] not in allowed:
                 self.fail(
                     f"metric_list[{i}].metric={entry['metric']!r} is not scored for output_type {self.output_type}",
@@ -411,7 +416,7 @@ class TaskSpec(Config):
             extra = sorted(set(entry) - {"metric", "aggregation", "higher_is_better"})
             if extra or entry.get("aggregation", "mean") != "mean" or entry.get("higher_is_better", True) is not True:
                 self.fail(
-                    f"metric_list[{i}]={dict(entry)!r} asks for what is not computed here",
+                    f"metric_list[{i}]={shown(dict(entry))} asks for what is not computed here",
                     "give metric only (aggregation is mean, higher is better)",
                 )
 
@@ -504,6 +509,12 @@ class TaskSpec(Config):
             for text in (value, value.strip()):
                 if text in options:
                     return options.index(text)
+        if isinstance(value, float) and not value.is_integer():  # int() would cut 0.5 or 1.7 to a valid index
+            raise TaskError(
+                f"label {value!r} (doc_to_target) of task {self.task!r} is not a whole number",
+                f"give labels as choice indices 0..{len(options) - 1}, a choice's text or a label_aliases name "
+                "(check the data file's label column)",
+            )
         try:
             label = int(value)
         except (TypeError, ValueError):
@@ -524,6 +535,36 @@ def _validation_column(spec: TaskSpec) -> str:
 # ------------------------------------------------------------------------------------------------ reading specs
 
 
+def _yaml_data(text: str, path: Path) -> Any:
+    """The data of a spec file's YAML ``text``, refused when its aliases make it over :data:`MAX_YAML_VALUES` values.
+
+    PyYAML builds an alias (``*name``) as the object it names, shared: nine nested aliases of nine items each stand
+    for 387 million values (the "billion laughs" file), which checking a field or showing it in an error would walk.
+    """
+    import yaml
+
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        stack, values = ([] if root is None else [root]), 0
+        while stack:
+            node = stack.pop()
+            values += 1
+            if values > MAX_YAML_VALUES:
+                raise TaskError(
+                    f"task spec file {path} holds over {MAX_YAML_VALUES:,} values, its aliases (*name) counted at "
+                    "each use",
+                    "write the values out, without aliases of aliases",
+                )
+            if isinstance(node, yaml.SequenceNode):
+                stack.extend(node.value)
+            elif isinstance(node, yaml.MappingNode):
+                stack.extend(item for pair in node.value for item in pair)
+        return None if root is None else loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
 def read_spec(path: str | os.PathLike[str], *, builtin: bool = False) -> TaskSpec:
     """The task spec in the YAML file ``path``; any problem is one :class:`TaskError` line naming the field.
 
@@ -540,7 +581,7 @@ def read_spec(path: str | os.PathLike[str], *, builtin: bool = False) -> TaskSpe
     if path.suffix.lower() not in (".yaml", ".yml"):
         raise TaskError(f"task spec file {path} is not a .yaml file", "give the task spec as a .yaml file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = _yaml_data(path.read_text(encoding="utf-8"), path)
     except UnicodeDecodeError as exc:
         raise TaskError(f"task spec file {path} is not UTF-8 text", "save it as UTF-8") from exc
     except yaml.YAMLError as exc:
@@ -615,15 +656,32 @@ def get_task(name: str | os.PathLike[str] | TaskSpec) -> TaskSpec:
     )
 
 
+def training_spec(name: str | os.PathLike[str] | TaskSpec) -> TaskSpec:
+    """The spec whose train and validation rows train ``name``: its own, or its ``train_task``'s (followed on).
+
+    A chain of ``train_task`` that comes back to a task on it (a.yaml trains on b.yaml, which trains on a.yaml) is a
+    :class:`TaskError` naming the chain.
+    """
+    spec = get_task(name)
+    chain, seen = [spec.task], [spec]
+    while spec.train_task is not None:
+        chain.append(spec.train_task)
+        spec = get_task(spec.train_task)
+        if spec in seen:
+            raise TaskError(
+                f"train_task goes round in a circle: {' -> '.join(chain)} (task {spec.task!r} again)",
+                "let one task on the circle train on its own rows: remove its train_task",
+            )
+        seen.append(spec)
+    return spec
+
+
 def has_validation_split(name: str | os.PathLike[str] | TaskSpec, source: str | os.PathLike[str] | None = None) -> bool:
     """Whether ``name`` has a validation split of its own, apart from train and test, in local data.
 
     On the hub SST-2's "validation" is the test set here, so it does not count.
     """
-    spec = get_task(name)
-    if spec.train_task is not None:
-        return has_validation_split(spec.train_task, source)
-    return source != "hub" and "validation" in spec.data_files
+    return source != "hub" and "validation" in training_spec(name).data_files
 
 
 def data_dir() -> Path:
@@ -736,10 +794,10 @@ def _filtered(spec: TaskSpec, ds: Any, split: str, where: str) -> Any:
     return ds.filter(keep, with_indices=True)
 
 
-def _render(spec: TaskSpec, name: str, row: dict[str, Any], where: str) -> Any:
-    """``spec``'s template ``name`` over ``row``; a template that fails on the row is a :class:`TaskError`."""
+def _render(spec: TaskSpec, name: str, row: dict[str, Any], where: str, source: str | None = None) -> Any:
+    """``spec``'s template ``name`` (or its ``source``, one of several) over ``row``; a failure is a TaskError."""
     try:
-        return render(getattr(spec, name), row)
+        return render(getattr(spec, name) if source is None else source, row)
     except Exception as exc:  # noqa: BLE001 - Jinja's errors (a failed filter, the sandbox) become one clear line
         reason = (str(exc).strip().splitlines() or [""])[0][:200]
         raise TaskError(
@@ -809,9 +867,7 @@ def load_task(
     offline copy (``sst2/train.tsv``...); a file path reads that file for the requested split.
     ``n`` rows are drawn at random with ``seed`` (the data-order seed recorded in results).
     """
-    spec = get_task(name)
-    if spec.train_task is not None and split != "test":
-        return load_task(spec.train_task, split, n, seed, source)
+    spec = get_task(name) if split == "test" else training_spec(name)
     ds, where = _rows(spec, split, source)
     spec_files = source is None or (source != "hub" and Path(source).is_dir())  # split_carve cuts those, no other
     ds = _filtered(spec, _carved(spec, ds, split, where) if spec_files else ds, split, where)
@@ -838,6 +894,8 @@ def load_task(
             label = spec.label_index(target, choices)
             framed = {"prompt": prompt, "target": spec.target_delimiter + choices[label], "label": label}
             return framed | ({"choices": choices} if spec.per_row_choices else {})
+        if spec.doc_to_program:  # rendered when scoring: checked now, with the target standing in for the answer
+            _render(spec, "doc_to_program", {**row, "completion": str(target)}, where)
         return {
             "prompt": prompt,
             "target": spec.target_delimiter + str(target),
@@ -864,7 +922,7 @@ def _references(spec: TaskSpec, row: dict[str, Any], where: str, target: str) ->
         value = row[spec.doc_to_references[0]]
         texts = [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
     else:
-        texts = [str(render(source, row)) for source in spec.doc_to_references]
+        texts = [str(_render(spec, "doc_to_references", row, where, source)) for source in spec.doc_to_references]
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise TaskError(
