@@ -18,7 +18,7 @@ import torch
 
 from topotuner_lab._io.errors import TaskError
 from topotuner_lab.tasks.carve import carve
-from topotuner_lab.tasks.specs import TASKS, data_dir, load_task, read_spec
+from topotuner_lab.tasks.specs import TASKS, data_dir, get_task, load_task, read_spec
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.evaluation import choice_metrics, encode_pair, option_logprobs
 from topotuner_lab.training.scoring import TaskScorer
@@ -256,3 +256,12 @@ def test_mmlu_is_carved_by_question_stratified_by_subject():
         assert per_subject[topic, "train"] + per_subject[topic, "validation"] == math.floor(n * 0.7 + 0.5)
     validation = load_task("mmlu-text", "validation")
     assert len(validation) == 1408 and all(len(c) == 4 for c in validation["choices"])
+
+
+def test_a_per_row_spec_is_described_without_a_fixed_answer_count():
+    from topotuner_lab.lab.report.sections import _answer_words
+    from topotuner_lab.lab.widgets import task_summary
+
+    assert "each row's own options" in task_summary(get_task("mmlu-text"))  # not the template's characters
+    assert _answer_words("sst2", ("mmlu-text",)) == ("mmlu-text", None)  # no chance level from a count of words
+    assert _answer_words("sst2", ("boolq",)) == ("boolq", 2)

@@ -59,7 +59,9 @@ def task_label(spec: TaskSpec) -> str:
 
 def task_summary(spec: TaskSpec) -> str:
     """One line on a task: how it is scored (label words or generation length) and where its rows are."""
-    if spec.output_type == "multiple_choice":
+    if spec.output_type == "multiple_choice" and spec.per_row_choices:
+        scoring = "the likelihood of each row's own options"
+    elif spec.output_type == "multiple_choice":
         scoring = f"the likelihood of {' / '.join(spec.doc_to_choice)}"
     else:
         scoring = f"greedy generation (up to {spec.max_gen_toks} tokens)"

@@ -40,7 +40,8 @@ from topotuner_lab.weights.snapshot import NOISE_SCALE, Snapshot
 
 def spread_table(results: pd.DataFrame) -> pd.DataFrame:
     """Mean and standard deviation over seeds, per setting and run, at each run's selected learning rate."""
-    with_drop = runs_at_chosen_rate(results).assign(ood_drop=results["ood_acc_before"] - results["ood_acc_after"])
+    ood_drop = pd.to_numeric(results["ood_acc_before"]) - pd.to_numeric(results["ood_acc_after"])  # None: NaN
+    with_drop = runs_at_chosen_rate(results).assign(ood_drop=ood_drop)
     table = with_drop.groupby(["prior", "target", "run"], sort=False).agg(
         seeds=("seed", "nunique"),
         lr=("lr", "first"),
@@ -139,15 +140,16 @@ def margin_lines(results: pd.DataFrame, rules: ClaimRules) -> list[str]:
 def _answer_words(target: str, ood_tasks: tuple[str, ...]) -> tuple[str, int | None]:
     """The forgetting probe of ``target`` and its number of answer words.
 
-    None where the probe is not multiple choice, or its spec file is gone since the run (that must not stop a report of
-    finished runs).
+    None where the probe is not multiple choice with fixed answer words, or its spec file is gone since the run (that
+    must not stop a report of finished runs).
     """
     try:
         probe = ood_battery(target, ood_tasks)[0]
         spec = get_task(probe)
     except TaskError:
         return (ood_tasks or (f"{target}'s out-of-domain task",))[0], None
-    return probe, len(spec.doc_to_choice) if spec.output_type == "multiple_choice" else None
+    fixed = spec.output_type == "multiple_choice" and not spec.per_row_choices  # each row's own options: no count
+    return probe, len(spec.doc_to_choice) if fixed else None
 
 
 def forgetting_lines(results: pd.DataFrame, preset: Preset) -> list[str]:
@@ -161,7 +163,9 @@ def forgetting_lines(results: pd.DataFrame, preset: Preset) -> list[str]:
     lines = []
     for target, group in results.groupby("target", sort=False):
         probe, words = _answer_words(str(target), preset.target.ood_tasks)
-        before = float(group["ood_acc_before"].median())
+        before = float(pd.to_numeric(group["ood_acc_before"]).median())
+        if np.isnan(before):  # runs without a forgetting battery (n_ood 0)
+            continue
         line = f"Forgetting ({target}): each held-out {PPL_TASK} text's NLL, and {probe} accuracy"
         line += f", zero-shot {before:.3f}"
         if words:
