@@ -10,6 +10,7 @@ recipe at each budget), never the better of several on any data; each control ge
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -146,7 +147,7 @@ def topology_card(group: pd.DataFrame, budget: float) -> str | None:
     It is the high-drift card of the default recipe (the low-drift card where a comparison ran no high-drift one).
 
     Picking the better of two cards on validation data would make the treatment a best-of-two against baselines that
-    get one shot (issue 19), so no score enters the choice.
+    get one shot, so no score enters the choice.
     """
     cards = _default_cards(group, budget)
     for strategy in TOPOLOGY:
@@ -326,7 +327,10 @@ def claim_results(
     def read(run_dir: str, key: str) -> Sequence[float]:
         if key == "logprob":
             return [-x for x in cast(dict, correct(run_dir, "test_example_metrics"))["logloss"]]
-        return correct(run_dir, key)
+        values = correct(run_dir, key)
+        if values is None:  # a probe the run switched off (n_ood 0, n_ppl 0): not recorded
+            raise KeyError(key)
+        return values
 
     def stacked(group: pd.DataFrame, name: str, seeds: list[int], key: str) -> np.ndarray:
         rows = group[group["run"] == name].set_index("seed").loc[seeds]
@@ -354,16 +358,17 @@ def claim_results(
                         -margin,
                     )
                 )
-                claims.append(
-                    _result(
-                        "less forgetting than full FT",
-                        setting,
-                        f"{card} - full (out-of-domain accuracy after)",
-                        paired(group, card, "full", "ood_correct_after"),
-                        0.0,
-                        band=margin,
+                with contextlib.suppress(KeyError):  # runs without a forgetting battery (n_ood 0) make no claim
+                    claims.append(
+                        _result(
+                            "less forgetting than full FT",
+                            setting,
+                            f"{card} - full (out-of-domain accuracy after)",
+                            paired(group, card, "full", "ood_correct_after"),
+                            0.0,
+                            band=margin,
+                        )
                     )
-                )
         loras = group[group["method"] == "lora"].drop_duplicates("run").sort_values("run")
         for lora, budget in zip(loras["run"], loras["budget"]):
             if budget in cards:
@@ -430,7 +435,10 @@ def _forgetting_nll_claim(
     """
 
     def rise(run_dir: str) -> list[float]:
-        return list(np.asarray(correct(run_dir, "ppl_nll_after")) - np.asarray(correct(run_dir, "ppl_nll_before")))
+        after, before = correct(run_dir, "ppl_nll_after"), correct(run_dir, "ppl_nll_before")
+        if after is None or before is None:  # no perplexity probe (n_ppl 0)
+            raise KeyError("ppl_nll_after")
+        return list(np.asarray(after) - np.asarray(before))
 
     try:
         a, b = _per_seed(group, card, rise), _per_seed(group, "full", rise)

@@ -33,7 +33,7 @@ from topotuner_lab.weights.projections import count_parameters
 class RunResults(TypedDict, total=False):
     """The fields of ``results.json``: accuracies (per example too), forgetting, cost, early stopping, provenance.
 
-    Fields added later (issue 19) are absent from older files, which still load: read them with ``.get``.
+    Fields added later are absent from older files, which still load: read them with ``.get``.
 
     - ``val_logloss``: mean over validation rows of -log p(true label | prompt) in nats, p normalized over the
       task's label words (the scores accuracy takes the argmax of); None without validation rows or for GSM8K.
@@ -59,6 +59,8 @@ class RunResults(TypedDict, total=False):
       ``updated_params``, ``updated_fraction`` (Upd.%: entries that moved by more than 1e-6, LoRA's merged
       ``(alpha / r) * B @ A`` counted in its matrices) and ``update_rel_change`` (mean ``|dw| / (|w| + 1e-6)`` over
       those entries) compare the final weights with the pretrained ones (:mod:`topotuner_lab.training.updates`).
+    - The forgetting fields (``ood_*``, ``forgetting_ood``) are None when the run had no battery (``n_ood`` 0), the
+      perplexity fields (``perplexity_*``, ``ppl_*``) when it had no perplexity probe (``n_ppl`` 0).
     - ``spectrum``: the ``spectrum-top5`` method's percent and the ``unfrozen_parameters`` patterns it trained.
     """
 
@@ -91,21 +93,21 @@ class RunResults(TypedDict, total=False):
     epoch_eval_seconds: list[float]
     stop_epoch_test_correct: list[int] | None
     ood_task: str
-    ood_accuracy_before: float
-    ood_accuracy_after: float
-    ood_correct_after: list[int] | list[float]
-    ood_battery: dict[str, dict[str, Any]]
+    ood_accuracy_before: float | None
+    ood_accuracy_after: float | None
+    ood_correct_after: list[int] | list[float] | None
+    ood_battery: dict[str, dict[str, Any]] | None
     test_accuracy_before: float
     test_correct_before: list[int] | list[float]
-    perplexity_before: float
-    perplexity_after: float
-    ppl_nll_before: list[float]
-    ppl_nll_after: list[float]
-    ppl_text_tokens: list[int]
+    perplexity_before: float | None
+    perplexity_after: float | None
+    ppl_nll_before: list[float] | None
+    ppl_nll_after: list[float] | None
+    ppl_text_tokens: list[int] | None
     seeds: dict[str, int]
     train_test_gap: float
-    forgetting_ood: float
-    perplexity_change: float
+    forgetting_ood: float | None
+    perplexity_change: float | None
     updated_params: int
     updated_fraction: float
     update_rel_change: float | None
@@ -133,24 +135,26 @@ def collect_results(
     loaded: LoadedModel,
     data: RunData,
     score: Any,
-    ood_correct: np.ndarray,
+    ood_correct: np.ndarray | None,
     before: dict[str, Any],
     score_val: Any = None,
+    test_metrics: dict[str, np.ndarray] | None = None,
 ) -> RunResults:
     """Accuracy (train, validation, test), forgetting, time, what trained and moved, and early stopping of a run.
 
     ``ood_correct`` is the out-of-domain task's per-example score after training (the forgetting battery's first
-    task, scored once by the caller). ``score_val(model, rows)`` -> (per-row correctness, mean log-loss or None)
-    scores the validation rows and a
+    task, scored once by the caller; None without a battery: ``n_ood`` 0). ``score_val(model, rows)`` -> (per-row
+    correctness, mean log-loss or None) scores the validation rows and a
     sample of the training rows (the training task's metric: a ``train_task`` spec's own rows are only tested);
-    without it they get ``score`` and no log-loss.
+    without it they get ``score`` and no log-loss. ``test_metrics``: the test rows' per-example metrics where the
+    caller scored them already (:meth:`TaskScorer.score_and_predict`, for the predictions); else scored here.
     """
     model, tokenizer = trainer.model, loaded.tokenizer
     assert model is not None  # a Trainer is built with its model
     model.eval()
     history = trainer.state.log_history
     epoch_seconds = per_epoch(history, "epoch_seconds")
-    test_metrics = score.score_all(model, data.test)
+    test_metrics = test_metrics if test_metrics is not None else score.score_all(model, data.test)
     test_correct = primary_values(test_metrics[score.metric])
     stopper = next((c for c in trainer.callback_handler.callbacks if isinstance(c, TopologicalEarlyStopping)), None)
     stop_epoch = stopper.stop_epoch if stopper else None
@@ -164,7 +168,7 @@ def collect_results(
     if evaluation is not None and evaluation.defer_final and last and at_epoch(history, "test_accuracy", last) is None:
         history = [*history, evaluation_entry(last, test_correct, val_correct, val_logloss)]  # the last epoch's
     stop_correct = at_epoch(history, "test_correct", stop_epoch)
-    probe = perplexity_probe(model, tokenizer, data.general_text, max_length=cfg.max_length)
+    probe = perplexity_probe(model, tokenizer, data.general_text, max_length=cfg.max_length) if cfg.n_ppl else None
     total = count_parameters(loaded.model)
     trainable = count_parameters(model, trainable_only=True)
     updates = update_measures(loaded.model, model)
@@ -202,18 +206,20 @@ def collect_results(
         "stop_epoch_test_correct": list(stop_correct) if stop_correct is not None else None,
         "ood_task": data.ood_task,
         "ood_accuracy_before": before["ood_accuracy"],
-        "ood_accuracy_after": accuracy(ood_correct),
-        "ood_correct_after": per_example(ood_correct),
+        "ood_accuracy_after": accuracy(ood_correct) if ood_correct is not None else None,
+        "ood_correct_after": per_example(ood_correct) if ood_correct is not None else None,
         "perplexity_before": before["perplexity"],
-        "perplexity_after": probe.perplexity,
-        "ppl_nll_before": list(before.get("ppl_nll", [])),
-        "ppl_nll_after": probe.text_nll,
-        "ppl_text_tokens": probe.text_tokens,
+        "perplexity_after": probe.perplexity if probe else None,
+        "ppl_nll_before": list(before["ppl_nll"]) if probe else None,
+        "ppl_nll_after": probe.text_nll if probe else None,
+        "ppl_text_tokens": probe.text_tokens if probe else None,
         "seeds": {"train": cfg.seed, "data": cfg.data_seed},
     }
     results["train_test_gap"] = results["train_accuracy"] - results["test_accuracy"]
-    results["forgetting_ood"] = results["ood_accuracy_before"] - results["ood_accuracy_after"]
-    results["perplexity_change"] = results["perplexity_after"] - results["perplexity_before"]
+    ood_before, ood_after = results["ood_accuracy_before"], results["ood_accuracy_after"]
+    results["forgetting_ood"] = ood_before - ood_after if ood_before is not None and ood_after is not None else None
+    ppl_before, ppl_after = results["perplexity_before"], results["perplexity_after"]
+    results["perplexity_change"] = ppl_after - ppl_before if ppl_before is not None and ppl_after is not None else None
     return results
 
 
