@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from topotuner_lab._io.errors import TopoTunerError
-from topotuner_lab.cli import check_task, drift, export, finetune, profile, snapshots, study, transfer
+from topotuner_lab.cli import check_task, drift, evaluate, export, finetune, profile, snapshots, study, transfer
 from topotuner_lab.cli.options import Parser
 
 
@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``topotuner-lab`` parser: one sub-command per module of this package."""
     parser = Parser(prog="topotuner-lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for command in (snapshots, drift, profile, export, finetune, transfer, check_task, study):
+    for command in (snapshots, drift, profile, export, finetune, evaluate, transfer, check_task, study):
         command.register(sub)
     return parser
 

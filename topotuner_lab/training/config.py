@@ -78,14 +78,22 @@ class FinetuneConfig(Config):
         0, "validation examples carved from the training data (never the test set); 0: none", check=NON_NEGATIVE_INT
     )
     n_test: int = opt(128, "test examples drawn", check=POSITIVE_INT)
-    n_ood: int = opt(64, "out-of-domain examples (the other task) for forgetting", check=POSITIVE_INT)
+    n_ood: int = opt(
+        64,
+        "out-of-domain examples (the other task) for forgetting; 0: no forgetting battery (its results are None)",
+        check=NON_NEGATIVE_INT,
+    )
     ood_tasks: tuple[str, ...] = opt(
         (),
         "the forgetting battery: tasks (built-in names or spec files) scored before and after fine-tuning on n_ood "
         "rows each, each on its own metric (empty: the task's default out-of-domain task, see OOD_TASK)",
         check=Check(lambda v: isinstance(v, tuple) and all(isinstance(t, str) and t for t in v), "task names"),
     )
-    n_ppl: int = opt(32, "held-out texts (training.data.PPL_TASK) for perplexity before/after", check=POSITIVE_INT)
+    n_ppl: int = opt(
+        32,
+        "held-out texts (training.data.PPL_TASK) for perplexity before/after; 0: no perplexity probe (None)",
+        check=NON_NEGATIVE_INT,
+    )
     batch_size: int = opt(8, "training batch size", check=POSITIVE_INT)
     max_length: int = opt(64, "tokens per example (prompt + target)", check=POSITIVE_INT)
     learning_rate: float | None = opt(

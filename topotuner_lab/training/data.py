@@ -70,10 +70,11 @@ def load_run_data(cfg: FinetuneConfig) -> RunData:
     # evaluation draws do not depend on the seed: every method and seed is scored on the same examples (paired)
     test = load_task(cfg.task, "test", cfg.n_test, EVAL_SEED, cfg.data_source)
     tasks = ood_battery(cfg.task, cfg.ood_tasks)
-    battery = {task: load_task(task, "test", cfg.n_ood, EVAL_SEED, cfg.data_source) for task in tasks}
-    general = load_task(PPL_TASK, "test", cfg.n_ppl, EVAL_SEED, cfg.data_source)
-    general_text = [p + t for p, t in zip(general["prompt"], general["target"])]
-    return RunData(train, val, test, tasks[0], battery[tasks[0]], general_text, val_source, battery)
+    # n_ood / n_ppl 0 switch the forgetting battery / the perplexity probe off: nothing is drawn
+    battery = {task: load_task(task, "test", cfg.n_ood, EVAL_SEED, cfg.data_source) for task in tasks if cfg.n_ood}
+    general = load_task(PPL_TASK, "test", cfg.n_ppl, EVAL_SEED, cfg.data_source) if cfg.n_ppl else None
+    general_text = [p + t for p, t in zip(general["prompt"], general["target"])] if general is not None else []
+    return RunData(train, val, test, tasks[0], battery.get(tasks[0]), general_text, val_source, battery)
 
 
 def chat_framed(rows: Any, task: str, tokenizer: Any) -> Any:
@@ -128,7 +129,7 @@ def used_counts(cfg: FinetuneConfig, data: RunData) -> FinetuneConfig:
         n_train=len(data.train),
         n_val=len(data.val) if data.val is not None else 0,
         n_test=len(data.test),
-        n_ood=max(len(rows) for rows in data.battery.values()) if data.battery else len(data.ood),
+        n_ood=max(len(rows) for rows in data.battery.values()) if data.battery else len(data.ood or ()),
         n_ppl=len(data.general_text),
     )
 

@@ -1,8 +1,9 @@
 """One entry point for full fine-tuning, LoRA (peft) and TopoTuner profile fine-tuning, on HF ``Trainer``.
 
 Every run writes ``results.json`` (atomically, with a checksum) with accuracy, the train-test gap, forgetting
-(out-of-domain accuracy and held-out perplexity before/after), trainable parameters, time per
-epoch, memory and the seeds. Checkpoints are saved each epoch, so a stopped run resumes.
+(out-of-domain accuracy and held-out perplexity before/after; None where ``n_ood`` / ``n_ppl`` is 0), trainable
+parameters, time per epoch, memory and the seeds, and ``predictions.jsonl``: each test row's prediction and metrics.
+Checkpoints are saved each epoch, so a stopped run resumes.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from topotuner_lab.training.callbacks import EpochClock, EpochEvaluation, EpochS
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import RunData, capped_counts, chat_framed_data, load_run_data, used_counts
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
+from topotuner_lab.training.evaluate import PREDICTIONS, write_predictions
 from topotuner_lab.training.evaluation import accuracy, perplexity_probe
 from topotuner_lab.training.machine import machine
 from topotuner_lab.training.memory import PeakMemory
@@ -185,13 +187,15 @@ def _pretrained_scores(
     per_model = _PRETRAINED_SCORES.setdefault(loaded.model, {})
     if key not in per_model:
         probe = perplexity_probe(loaded.model, loaded.tokenizer, data.general_text, max_length=cfg.max_length)
-        battery = _battery_scores(loaded.model, cfg, data, scorers)
+        battery = _battery_scores(loaded.model, cfg, data, scorers) if cfg.n_ood else {}
         per_model[key] = {
-            "ood_accuracy": accuracy(primary_values(battery[data.ood_task][scorers[data.ood_task].metric])),
+            "ood_accuracy": (
+                accuracy(primary_values(battery[data.ood_task][scorers[data.ood_task].metric])) if battery else None
+            ),
             "battery": battery,
-            "perplexity": probe.perplexity,
-            "ppl_nll": probe.text_nll,
-            "ppl_text_tokens": probe.text_tokens,
+            "perplexity": probe.perplexity if cfg.n_ppl else None,
+            "ppl_nll": probe.text_nll if cfg.n_ppl else None,
+            "ppl_text_tokens": probe.text_tokens if cfg.n_ppl else None,
         }
     return {name: list(value) if isinstance(value, list) else value for name, value in per_model[key].items()}
 
@@ -266,7 +270,6 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
     # a progress bar over generation / ranking batches
     score = TaskScorer(cfg.task, tokenizer, cfg.max_length, progress=True, limits=sandbox)
     scorers = {t: TaskScorer(t, tokenizer, cfg.max_length, progress=True, limits=sandbox) for t in data.battery}
-    score_ood = scorers[data.ood_task]  # the first task of the forgetting battery
     # train and validation rows are the training task's (train_task: e.g. IFEval trains on Alpaca), scored on its metric
     trained = get_task(cfg.task).train_task or cfg.task
     score_val = TaskScorer(trained, tokenizer, cfg.max_length, progress=True).with_logloss
@@ -281,11 +284,15 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
     with peer_loss_reported():
         with PeakMemory() as memory:
             trainer.train(resume_from_checkpoint=resume)
-        after = _battery_scores(model, cfg, data, scorers)  # once: the first task's scores are the legacy ood fields
-        ood_after = primary_values(after[data.ood_task][score_ood.metric])
-        results = collect_results(trainer, cfg, loaded, data, score, ood_after, before, score_val=score_val)
+        after = _battery_scores(model, cfg, data, scorers) if cfg.n_ood else {}  # the first: the legacy ood fields
+        ood_after = primary_values(after[data.ood_task][scorers[data.ood_task].metric]) if after else None
+        model.eval()
+        test_scores, predictions = score.score_and_predict(model, data.test)  # the metrics and predictions.jsonl
+        results = collect_results(
+            trainer, cfg, loaded, data, score, ood_after, before, score_val=score_val, test_metrics=test_scores
+        )
     metrics = {task: scorer.metric for task, scorer in scorers.items()}
-    results["ood_battery"] = battery_results(before["battery"], after, metrics)
+    results["ood_battery"] = battery_results(before["battery"], after, metrics) if after else None
     results["test_accuracy_before"] = accuracy(zero_shot)
     results["test_correct_before"] = per_example(zero_shot)
     results.update(info)  # type: ignore[typeddict-item]
@@ -307,6 +314,7 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
     if cfg.save_epoch_snapshots:
         results["epoch_snapshots"] = _listed_epoch_snapshots(out, results["epochs_run"])
     results["wall_seconds"] = time.perf_counter() - wall_start
+    write_predictions(out / PREDICTIONS, data.test, test_scores, predictions, score.spec.target_delimiter)
     write_results(out / "results.json", results)
     if not cfg.keep_checkpoints:
         _tidy_checkpoints(out)

@@ -135,23 +135,31 @@ class TaskScorer:
 
     def score_all(self, model: torch.nn.Module, ds: Any) -> ExampleScores:
         """Every metric of the task, per example; a classification task's also holds ``logloss`` (label log-loss)."""
+        return self.score_and_predict(model, ds)[0]
+
+    def score_and_predict(self, model: torch.nn.Module, ds: Any) -> tuple[ExampleScores, list[str | None]]:
+        """:meth:`score_all`'s metrics, and per row what the model answered, from the same forward passes.
+
+        The answer: the option scored highest (``acc``'s choice, without the target delimiter) for multiple choice,
+        the generated text for generation; None for ranking (its answer is an order of candidates).
+        """
         if len(ds) == 0:
-            return {name: np.zeros(0) for name in self.spec.metrics}
+            return {name: np.zeros(0) for name in self.spec.metrics}, []
         if self.spec.kind == "classification":
             return self._choices(model, ds)
         if self.spec.kind == "ranking":
-            return self._ranking(model, ds)
+            return self._ranking(model, ds), [None] * len(ds)
         answers = self.answers(model, ds)
         out: ExampleScores = {}
         for score in _generation_metrics(self.spec, self.limits):
             out |= score(answers, ds)
-        return {name: out[name] for name in self.spec.metrics}
+        return {name: out[name] for name in self.spec.metrics}, list(answers)
 
-    def _choices(self, model: torch.nn.Module, ds: Any) -> ExampleScores:
+    def _choices(self, model: torch.nn.Module, ds: Any) -> tuple[ExampleScores, list[str | None]]:
         """Each row's options (fixed words or its own) scored by log p(delimiter + option | prompt), lm-eval's way.
 
         The spec's metrics (``acc``, ``acc_norm``, ``acc_bytes``) and ``logloss``, the true option's log-loss with
-        the probabilities normalized over the row's options.
+        the probabilities normalized over the row's options; and each row's option scored highest.
         """
         spec = self.spec
         options = list(ds["choices"]) if spec.per_row_choices else [spec.doc_to_choice] * len(ds)
@@ -165,7 +173,8 @@ class TaskScorer:
             progress=self.progress,
         )
         out = choice_metrics(scores, options, ds["label"])
-        return {name: out[name] for name in spec.metrics} | {"logloss": label_logloss(scores, ds["label"])}
+        chosen: list[str | None] = [row[int(np.argmax(row_scores))] for row, row_scores in zip(options, scores)]
+        return {name: out[name] for name in spec.metrics} | {"logloss": label_logloss(scores, ds["label"])}, chosen
 
     def _ranking(self, model: torch.nn.Module, ds: Any) -> ExampleScores:
         """Each row's candidates reranked by log p(target(query) | prompt(candidate)); nDCG@10 and MRR@10 per row."""
