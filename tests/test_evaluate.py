@@ -111,3 +111,16 @@ def test_folder_that_is_not_a_run_is_one_line_error(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path / "notarun"), "-o", str(tmp_path / "ev")]) == 2
     err = capsys.readouterr().err
     assert "is not a finished fine-tune's folder" in err and "Traceback" not in err
+
+
+def test_lora_run_with_only_its_snapshot_scores_as_the_run_did(tmp_path):
+    args = ["finetune", "--model", "tiny-llama", "--method", "lora", "--epochs", "1", *SIZES]
+    assert main([*args, "--n-ood", "0", "--n-ppl", "0", "--save-snapshot", "-o", str(tmp_path / "lora")]) == 0
+    results = load_results(tmp_path / "lora" / "results.json")
+    assert not list((tmp_path / "lora").glob("checkpoint-*"))  # the snapshot is all the run kept
+    evaluation = evaluate(run=tmp_path / "lora")
+    assert evaluation["weights"].endswith("after.safetensors")
+    assert [int(v) for v in evaluation["example_metrics"]["acc"]] == results["test_correct"]
+    # the merged LoRA weights (W + BA in float32) give the run's own log-loss up to rounding
+    logloss = evaluation["example_metrics"]["logloss"]
+    assert logloss == pytest.approx(results["test_example_metrics"]["logloss"], rel=1e-4)
