@@ -124,3 +124,24 @@ def test_lora_run_with_only_its_snapshot_scores_as_the_run_did(tmp_path):
     # the merged LoRA weights (W + BA in float32) give the run's own log-loss up to rounding
     logloss = evaluation["example_metrics"]["logloss"]
     assert logloss == pytest.approx(results["test_example_metrics"]["logloss"], rel=1e-4)
+
+
+def test_report_and_claims_read_runs_without_probes():
+    """Runs with the forgetting battery off (None) leave the forgetting columns empty and make no forgetting claim."""
+    from test_claims import _results as claims_frame
+    from test_report_sections import PRESET
+    from test_report_sections import _results as report_frame
+
+    from topotuner_lab.lab.report import sections
+    from topotuner_lab.study.claims import claim_results
+
+    no_battery = report_frame().assign(ood_acc_before=None, ood_acc_after=None)
+    assert sections.spread_table(no_battery)["ood_drop_mean"].isna().all()
+    assert sections.forgetting_lines(no_battery, PRESET) == []
+    correct = (np.random.default_rng(1).random(200) < 0.8).astype(int)
+    results, read = claims_frame(correct, correct, correct, correct)
+    forgetting = "less forgetting than full FT"
+    with_battery = claim_results(results, read)
+    without = claim_results(results, lambda run_dir, key: None if key == "ood_correct_after" else read(run_dir, key))
+    assert any(c.claim == forgetting for c in with_battery)
+    assert [c for c in with_battery if c.claim != forgetting] == without
