@@ -290,7 +290,7 @@ def test_claims_table_prints_each_estimate_interval_threshold_and_verdict():
 
 def test_claims_summary_holds_only_where_every_setting_agrees():
     text = sections.claims_section(CLAIMS)
-    summary = text.split("where every setting agrees):\n\n")[1].splitlines()
+    summary = text.split("where every setting agrees):\n\n")[1].split("\n\n")[0].splitlines()
     assert summary == [
         "- competitive with full fine-tuning: **inconclusive**",  # held in one setting, not in the other
         "- faster per epoch than full FT: **held**",

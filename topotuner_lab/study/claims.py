@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import cast
 
 import numpy as np
@@ -661,17 +660,3 @@ def summary_verdict(claims: list[ClaimResult], claim: str) -> str:
     """One verdict for a claim over its settings: held or did not hold only when every setting agrees."""
     verdicts = {c.verdict for c in claims if c.claim == claim}
     return verdicts.pop() if len(verdicts) == 1 else INCONCLUSIVE
-
-
-def correct_from(out_dir: str | Path) -> Callable[[str, str], list[int]]:
-    """``correct(run_dir, key)`` reading each run's ``results.json`` under ``out_dir`` (memoized)."""
-    import json
-
-    cache: dict[str, dict] = {}
-
-    def correct(run_dir: str, key: str) -> list[int]:
-        if run_dir not in cache:
-            cache[run_dir] = json.loads((Path(out_dir) / run_dir / "results.json").read_text())
-        return cache[run_dir][key]
-
-    return correct
