@@ -132,7 +132,7 @@ def test_run_resumes_from_its_checkpoint(tiny_llama, tmp_path):
         pytest.param(
             {"lora_rank": "match", "method": "lora"}, ParameterError, "lora_rank='match' needs a profile", id="match"
         ),
-        pytest.param({"task": "imdb"}, TaskError, "unknown task 'imdb'", id="task"),
+        pytest.param({"task": "yelp"}, TaskError, "unknown task 'yelp'", id="task"),
         pytest.param({"epochs": 0}, ParameterError, r"epochs=0 is not a whole number >= 1", id="epochs-0"),
         pytest.param({"n_train": "10"}, ParameterError, "n_train='10' is not a whole number", id="n_train-text"),
         pytest.param(

@@ -80,7 +80,7 @@ def test_transfer_check_from_the_command_line(tmp_path, card, capsys, monkeypatc
     assert main([*argv, "-o", str(tmp_path / "check.csv")]) == 0
     out = capsys.readouterr().out
     assert "sst2 -> agnews:" in out and "L1.v" in out and (tmp_path / "check.csv").is_file()
-    assert main([*argv[:2], "--task", "imdb"]) == 2 and "unknown task 'imdb'" in capsys.readouterr().err
+    assert main([*argv[:2], "--task", "yelp"]) == 2 and "unknown task 'yelp'" in capsys.readouterr().err
 
 
 def test_the_gradient_selector_ranks_by_the_target_tasks_gradient_magnitude(tiny_llama):
