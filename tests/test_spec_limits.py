@@ -19,8 +19,13 @@ from typing import Any
 import pytest
 
 from topotuner_lab._io.errors import TaskError
+from topotuner_lab.drift.settings import read_recipe
+from topotuner_lab.study.presets import get_preset
 from topotuner_lab.tasks.specs import TaskSpec, get_task, has_validation_split, load_task
 from topotuner_lab.tasks.templates import MAX_CHARS, TIME_LIMIT_S, evaluate, fields_of, render
+from topotuner_lab.training.config import FinetuneConfig
+from topotuner_lab.training.finetune import run_finetune
+from topotuner_lab.training.scoring import TaskScorer
 
 ROW = {"sentence": "a fine film", "items": [1, 2, 3]}
 
@@ -81,6 +86,27 @@ def test_a_train_task_chain_without_a_cycle_reads_the_last_tasks_rows(tmp_path):
     middle = _spec(folders[1], "middle", f"train_task: {end}\n")
     start = _spec(folders[0], "start", f"train_task: {middle}\n")
     assert list(load_task(start, "train")["prompt"]) == ["trained on this"]
+
+
+@pytest.mark.slow
+def test_a_train_task_chain_is_validated_on_the_last_tasks_metric(tiny_llama, tmp_path):
+    # start (multiple choice) trains on middle (generation), which trains on end (multiple choice): the validation
+    # rows are end's, so they are scored on end's label words, with a log-loss a generation scorer never gives
+    rows = [{"sentence": f"{w} film {i}", "label": int(w == "good")} for i in range(12) for w in ("bad", "good")]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    choice = "output_type: multiple_choice\ndoc_to_text: '{{ sentence }}'\ndoc_to_target: label\n"
+    files = "data_files: {train: rows.jsonl, test: rows.jsonl}\n"
+    (tmp_path / "end.yaml").write_text(f"task: end\n{choice}doc_to_choice: [bad, good]\n{files}")
+    (tmp_path / "middle.yaml").write_text(
+        "task: middle\noutput_type: generate_until\ndoc_to_text: '{{ sentence }}'\ndoc_to_target: sentence\n"
+        f"generation_kwargs: {{max_gen_toks: 2}}\ntrain_task: {tmp_path / 'end.yaml'}\n{files}"
+    )
+    start = tmp_path / "start.yaml"
+    start.write_text(f"task: start\n{choice}doc_to_choice: [nay, yea]\ntrain_task: {tmp_path / 'middle.yaml'}\n{files}")
+    tiny = dict(epochs=1, n_train=8, n_val=8, n_test=4, n_ood=0, n_ppl=0, batch_size=8, max_length=24)
+    res = run_finetune(tiny_llama, FinetuneConfig(method="full", task=str(start), output_dir=str(tmp_path), **tiny))
+    assert res["val_accuracy"] is not None and isinstance(res["val_logloss"], float)  # end's label words scored it
+    assert res["metric"] == "acc"  # start's own test rows, on its own metric
 
 
 # ------------------------------------------------------------------------- every template checked on load
@@ -144,6 +170,18 @@ def test_a_template_past_a_limit_fails_fast_with_the_limit_named(source, message
     assert outcome.startswith(f"SecurityError: {message}") and time.monotonic() - started < 10 * TIME_LIMIT_S
 
 
+def test_an_answer_that_takes_a_program_template_past_a_limit_scores_as_a_failed_program(tmp_path):
+    # the target renders 1,000 times within the limits at load; a 20,000-character answer would be 20 million
+    spec = _spec(tmp_path, "repeat", "doc_to_program: '{{ completion * 1000 }}'\nmetric_list: [{metric: pass@1}]\n")
+    rows = load_task(spec, "test").select([0, 0])
+    scorer = TaskScorer(spec, tokenizer=None)
+    scorer.answers = lambda model, ds: ["pass\n", "x" * 20_000]  # type: ignore[method-assign]  # no model
+    warned = f"doc_to_program of task 'repeat' could not render 1 of 2 answers .*{MAX_CHARS:,} characters"
+    with pytest.warns(UserWarning, match=warned):
+        scores = scorer.score_all(None, rows)
+    assert scores["pass@1"].tolist() == [1.0, 0.0]
+
+
 def test_a_spec_with_a_huge_power_reads_at_once_and_fails_on_load_naming_the_field(tmp_path):
     spec = _spec(tmp_path, "power", "")
     spec.write_text(spec.read_text().replace("'{{ sentence }}'", "'{{ sentence }}{{ 9**(9**9) }}'"))
@@ -185,6 +223,21 @@ def test_a_yaml_alias_bomb_in_a_checked_field_is_refused_at_once(tmp_path):
     assert outcome.startswith(f"TaskError: task spec file {spec} holds over 10,000 values, its aliases (*name)")
     anchors = _spec(tmp_path, "anchors", "metadata: {a: &words [stop, end]}\ngeneration_kwargs: {until: *words}\n")
     assert get_task(anchors).until == ("stop", "end")  # a few aliases are fine
+
+
+@pytest.mark.parametrize(
+    "read, what, field",
+    [
+        pytest.param(lambda path: get_preset(str(path)), "preset", "seeds", id="preset"),
+        pytest.param(read_recipe, "drift recipe", "orders", id="drift-recipe"),
+    ],
+)
+def test_a_yaml_alias_bomb_in_a_preset_or_recipe_is_refused_at_once(tmp_path, read, what: str, field: str):
+    # refused as the file is read, before a field is checked or shown (the field stands for 387 million values)
+    path = tmp_path / "laughs.yaml"
+    path.write_text(f"{field}:\n" + "".join(f"  - {line.split(': ', 1)[1]}\n" for line in _laughs()))
+    outcome = _outcome(read, path, seconds=10.0)
+    assert outcome.startswith(f"ParameterError: {what} file {path} holds over 10,000 values, its aliases (*name)")
 
 
 def test_a_huge_shared_value_is_shown_cut_short_in_a_field_error():

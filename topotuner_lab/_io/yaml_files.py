@@ -2,6 +2,9 @@
 
 A folder of such files is a :class:`YamlFolder`: a mapping of name (the file's stem) to what each file holds, read
 on first use, so listing the names costs no parsing.
+
+A file is data that checking and error messages walk, so it may hold at most :data:`MAX_VALUES` values, a YAML alias
+(``*name``) counted at each use: a "billion laughs" file is refused before it is built.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from topotuner_lab._io.errors import ParameterError, TopoTunerError
 
 T = TypeVar("T")
 SUFFIXES = (".yaml", ".yml")
+#: the most values a settings file may hold, an alias counted at each use (the largest shipped file holds under 200)
+MAX_VALUES = 10_000
 
 
 class _Loader(yaml.SafeLoader):
@@ -30,12 +35,41 @@ _Loader.add_implicit_resolver(
 )
 
 
+def _bounded_data(text: str, path: Path, what: str, error: type[TopoTunerError]) -> Any:
+    """The data of the YAML ``text``, refused (an ``error``) when its aliases make it over :data:`MAX_VALUES` values.
+
+    PyYAML builds an alias (``*name``) as the object it names, shared: nine nested aliases of nine items each stand
+    for 387 million values (the "billion laughs" file), which checking a field or showing it in an error would walk.
+    The nodes are counted before any object is built.
+    """
+    loader = _Loader(text)
+    try:
+        root = loader.get_single_node()
+        stack, values = ([] if root is None else [root]), 0
+        while stack:
+            node = stack.pop()
+            values += 1
+            if values > MAX_VALUES:
+                raise error(
+                    f"{what} file {path} holds over {MAX_VALUES:,} values, its aliases (*name) counted at each use",
+                    "write the values out, without aliases of aliases",
+                )
+            if isinstance(node, yaml.SequenceNode):
+                stack.extend(node.value)
+            elif isinstance(node, yaml.MappingNode):
+                stack.extend(item for pair in node.value for item in pair)
+        return None if root is None else loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
 def read_yaml(
     path: str | os.PathLike[str], what: str, missing_fix: str, error: type[TopoTunerError] = ParameterError
 ) -> Any:
     """The data in the YAML file ``path`` (``what`` names it in errors; ``missing_fix`` says what to do if absent).
 
-    A missing file, another suffix, text that is not UTF-8 and invalid YAML are each one ``error`` naming the file.
+    A missing file, another suffix, text that is not UTF-8, invalid YAML and a file over :data:`MAX_VALUES` values
+    are each one ``error`` naming the file.
     """
     path = Path(path).expanduser()
     if not path.is_file():
@@ -43,7 +77,7 @@ def read_yaml(
     if path.suffix.lower() not in SUFFIXES:
         raise error(f"{what} file {path} is not a .yaml file", f"give the {what} as a .yaml file")
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # a SafeLoader: plain data only
+        return _bounded_data(path.read_text(encoding="utf-8"), path, what, error)  # a SafeLoader: plain data only
     except UnicodeDecodeError as exc:
         raise error(f"{what} file {path} is not UTF-8 text", "save it as UTF-8") from exc
     except yaml.YAMLError as exc:

@@ -25,6 +25,7 @@ from typing import Any
 
 from topotuner_lab._io.config import POSITIVE_INT, REQUIRED, Check, Config, is_int, is_real, opt, optional, shown
 from topotuner_lab._io.errors import TaskError
+from topotuner_lab._io.yaml_files import read_yaml
 from topotuner_lab.tasks.carve import carve
 from topotuner_lab.tasks.datafiles import FORMATS, file_format, read_data_file
 from topotuner_lab.tasks.templates import (
@@ -103,8 +104,6 @@ _UNSUPPORTED = (
     "should_decontaminate",
     "tag",
 )
-#: the most values a spec file may hold, an alias counted at each use (a spec holds a few hundred)
-MAX_YAML_VALUES = 10_000
 #: where the built-in task specs live (shipped as package data)
 BUILTIN_DIR = Path(__file__).with_name("builtin")
 
@@ -535,62 +534,19 @@ def _validation_column(spec: TaskSpec) -> str:
 # ------------------------------------------------------------------------------------------------ reading specs
 
 
-def _yaml_data(text: str, path: Path) -> Any:
-    """The data of a spec file's YAML ``text``, refused when its aliases make it over :data:`MAX_YAML_VALUES` values.
-
-    PyYAML builds an alias (``*name``) as the object it names, shared: nine nested aliases of nine items each stand
-    for 387 million values (the "billion laughs" file), which checking a field or showing it in an error would walk.
-    """
-    import yaml
-
-    loader = yaml.SafeLoader(text)
-    try:
-        root = loader.get_single_node()
-        stack, values = ([] if root is None else [root]), 0
-        while stack:
-            node = stack.pop()
-            values += 1
-            if values > MAX_YAML_VALUES:
-                raise TaskError(
-                    f"task spec file {path} holds over {MAX_YAML_VALUES:,} values, its aliases (*name) counted at "
-                    "each use",
-                    "write the values out, without aliases of aliases",
-                )
-            if isinstance(node, yaml.SequenceNode):
-                stack.extend(node.value)
-            elif isinstance(node, yaml.MappingNode):
-                stack.extend(item for pair in node.value for item in pair)
-        return None if root is None else loader.construct_document(root)
-    finally:
-        loader.dispose()
-
-
 def read_spec(path: str | os.PathLike[str], *, builtin: bool = False) -> TaskSpec:
     """The task spec in the YAML file ``path``; any problem is one :class:`TaskError` line naming the field.
 
     Relative ``data_files`` paths that exist beside the spec are made absolute; the others are looked up in the data
     folder when the task is loaded. ``builtin`` specs (shipped in the package) read theirs from the data folder only.
     """
-    import yaml
-
     path = Path(path).expanduser()
-    if not path.is_file():
-        raise TaskError(
-            f"task spec file {path} does not exist", f"check the path, or use a built-in task: {', '.join(TASKS)}"
-        )
-    if path.suffix.lower() not in (".yaml", ".yml"):
-        raise TaskError(f"task spec file {path} is not a .yaml file", "give the task spec as a .yaml file")
-    try:
-        data = _yaml_data(path.read_text(encoding="utf-8"), path)
-    except UnicodeDecodeError as exc:
-        raise TaskError(f"task spec file {path} is not UTF-8 text", "save it as UTF-8") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise TaskError(
-            f"task spec file {path} is not valid YAML: {reason}{where}", "fix the YAML (quote text holding ': ')"
-        ) from exc
+    missing_fix = (
+        "reinstall topotuner-lab (its data files)"
+        if builtin
+        else f"check the path, or use a built-in task: {', '.join(TASKS)}"
+    )
+    data = read_yaml(path, "task spec", missing_fix, TaskError)
     prefix = f"task spec {path}"
     if not isinstance(data, dict):
         raise TaskError(f"{prefix} is not a mapping of key: value", "write one key: value per line (task: my-task ...)")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from topotuner_lab._io.errors import ParameterError, TaskError
-from topotuner_lab.tasks.specs import get_task, has_validation_split, load_task
+from topotuner_lab.tasks.specs import TaskSpec, get_task, has_validation_split, load_task, training_spec
 from topotuner_lab.training.config import FinetuneConfig
 
 #: the out-of-domain task each task's forgetting is measured on; any other task (a spec file, boolq): sst2
@@ -56,7 +56,7 @@ def load_run_data(cfg: FinetuneConfig) -> RunData:
     if cfg.n_val and has_validation_split(cfg.task, cfg.data_source):
         val = load_task(cfg.task, "validation", cfg.n_val, EVAL_SEED, cfg.data_source)
         train = load_task(cfg.task, "train", cfg.n_train, cfg.data_seed, cfg.data_source)
-        val_source = f"the task's validation split ({get_task(cfg.task).validation_rows or 'all rows'})"
+        val_source = f"the task's validation split ({training_spec(cfg.task).validation_rows or 'all rows'})"
     else:
         drawn = load_task(cfg.task, "train", cfg.n_train + cfg.n_val, cfg.data_seed, cfg.data_source)
         if cfg.n_val and len(drawn) <= cfg.n_val:
@@ -77,7 +77,7 @@ def load_run_data(cfg: FinetuneConfig) -> RunData:
     return RunData(train, val, test, tasks[0], battery.get(tasks[0]), general_text, val_source, battery)
 
 
-def chat_framed(rows: Any, task: str, tokenizer: Any) -> Any:
+def chat_framed(rows: Any, task: str | TaskSpec, tokenizer: Any) -> Any:
     """``rows`` with each prompt wrapped in the model's chat template as one user turn, when ``task``'s spec asks.
 
     The template's text is tokenized like any prompt later, so a leading BOS it writes is dropped (the tokenizer adds
@@ -108,9 +108,10 @@ def chat_framed(rows: Any, task: str, tokenizer: Any) -> Any:
 def chat_framed_data(data: RunData, task: str, tokenizer: Any) -> RunData:
     """Every row set of ``data`` framed by :func:`chat_framed` as its own task's spec asks.
 
-    Training and validation rows follow the training task's spec, test rows the task's, each battery task its own.
+    Training and validation rows follow the training task's spec (the last of a ``train_task`` chain), test rows the
+    task's, each battery task its own.
     """
-    trained = get_task(task).train_task or task
+    trained = training_spec(task)
     battery = {name: chat_framed(rows, name, tokenizer) for name, rows in data.battery.items()}
     return replace(
         data,

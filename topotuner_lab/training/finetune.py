@@ -25,7 +25,7 @@ from transformers import TrainerCallback
 from topotuner_lab._io.errors import ProfileError, TopoTunerError
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.tasks.sandbox import SandboxLimits
-from topotuner_lab.tasks.specs import get_task
+from topotuner_lab.tasks.specs import training_spec
 from topotuner_lab.training.callbacks import EpochClock, EpochEvaluation, EpochSnapshots, epoch_snapshot_path
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import RunData, capped_counts, chat_framed_data, load_run_data, used_counts
@@ -270,8 +270,9 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
     # a progress bar over generation / ranking batches
     score = TaskScorer(cfg.task, tokenizer, cfg.max_length, progress=True, limits=sandbox)
     scorers = {t: TaskScorer(t, tokenizer, cfg.max_length, progress=True, limits=sandbox) for t in data.battery}
-    # train and validation rows are the training task's (train_task: e.g. IFEval trains on Alpaca), scored on its metric
-    trained = get_task(cfg.task).train_task or cfg.task
+    # train and validation rows are the training task's (the last of a train_task chain: e.g. IFEval trains on
+    # Alpaca), scored on its metric
+    trained = training_spec(cfg.task)
     score_val = TaskScorer(trained, tokenizer, cfg.max_length, progress=True).with_logloss
     before = _pretrained_scores(loaded, cfg, data, scorers)
     zero_shot = _zero_shot(loaded, cfg, data, score)

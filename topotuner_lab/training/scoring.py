@@ -14,6 +14,7 @@ metric of the spec's ``metric_list`` on the same answers: GSM8K's final-number `
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 
 from topotuner_lab.tasks import metrics
-from topotuner_lab.tasks.sandbox import SandboxLimits, run_program
+from topotuner_lab.tasks.sandbox import SandboxLimits, Status, run_program
 from topotuner_lab.tasks.specs import TaskSpec, final_number, get_task
 from topotuner_lab.tasks.templates import render
 from topotuner_lab.training.evaluation import choice_metrics, classification_scores, label_logloss
@@ -62,18 +63,33 @@ class _Programs:
 
     A program passes only if it runs to its end and exits with 0, so one that leaves early (``exit()``,
     ``sys.exit(0)``, ``os._exit(0)``) fails, as in openai/human-eval. One at a time, so each program has the CPU its
-    wall-clock limit assumes.
+    wall-clock limit assumes. An answer that makes the template fail (a template limit hit: a template repeating the
+    completion, given a long one) is a program that fails (status ``error``), with a warning naming the task.
     """
 
     spec: TaskSpec
     limits: SandboxLimits
 
+    def _program(self, answer: str, doc: str) -> str | Exception:
+        """The program of one answer, or why the template could not render it."""
+        try:
+            return str(render(self.spec.doc_to_program, {**json.loads(doc), "completion": answer}))
+        except Exception as exc:  # noqa: BLE001 - the answer's failure, not the spec's (checked on every row at load)
+            return exc
+
     def __call__(self, answers: Sequence[str], ds: Any) -> ExampleScores:
-        sources = [
-            str(render(self.spec.doc_to_program, {**json.loads(doc), "completion": answer}))
-            for answer, doc in zip(answers, ds["doc"])
+        sources = [self._program(answer, doc) for answer, doc in zip(answers, ds["doc"])]
+        failed = [source for source in sources if isinstance(source, Exception)]
+        if failed:
+            reason = (str(failed[0]).strip().splitlines() or [""])[0][:200]
+            warnings.warn(
+                f"doc_to_program of task {self.spec.task!r} could not render {len(failed)} of {len(sources)} answers "
+                f"({type(failed[0]).__name__}: {reason}): each is scored as a failed program (pass@1 0)",
+                stacklevel=2,
+            )
+        statuses: list[Status] = [
+            "error" if isinstance(source, Exception) else run_program(source, self.limits).status for source in sources
         ]
-        statuses = [run_program(source, self.limits).status for source in sources]
         return {"pass@1": np.asarray([s == "pass" for s in statuses], dtype=float)}
 
 
