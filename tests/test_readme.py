@@ -41,6 +41,7 @@ REPLACE = [
     ("load_model()", 'load_model("tiny-llama")', "the tiny model, not the embedded default"),
     ("--budget 1 ", "--budget 5 ", "1% of tiny-llama's 139,584 parameters is less than one 4,096-entry matrix"),
     ("fraction=0.01", "fraction=0.05", "the same, in the Python API"),
+    ("evaluate --task agnews -o", "evaluate --task agnews --model tiny-llama -o", "the tiny model, zero-shot"),
     (
         "save_snapshot=True)",
         "save_snapshot=True, n_train=8, n_test=8, n_ood=4, n_ppl=4, epochs=2, max_length=32)",
@@ -52,6 +53,7 @@ APPEND = {
     "finetune": "--model tiny-llama --n-train 8 --n-test 8 --n-ood 4 --n-ppl 4 --epochs 2 --max-length 32",
     "transfer-check": "--model tiny-llama --n-rows 8 --max-length 32",
     "check-task": "--model tiny-llama",
+    "evaluate": "--n-test 8 --max-length 32",
     "drift": "-j 1",
 }
 #: README placeholders and the folders this test makes for them (see :func:`_make_placeholders`)
