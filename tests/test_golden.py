@@ -8,8 +8,10 @@ behaviour regenerates the files and says so in its commit.
 They hold on any x86-64 CPU: picks, counts and text compare exactly, numbers at a relative tolerance measured across
 CPUs. Float32 kernels differ between CPUs (the same wheels on an AMD EPYC with AVX-512 and on the recording machine):
 the noise tables, computed from fixed inputs without training, differ at most 2.2e-7 relative there (float32 spectral
-norms); the trained tables and results at ~5e-7 (STACK-NOTES). The fast test holds the first at 1e-6, the slow ones
-the second at 1e-5, 20x the measured difference, far below any change a refactor makes to a number.
+norms); after float32 training the weights differ at ~5e-7 (STACK-NOTES), which the bottleneck distances (one matched
+pair each) and the ratio of drift to learning rate amplify: at most 2.4e-5 relative over every trained table and
+results column (h0_w1 6.2e-6, perplexity 6.5e-7). The fast test holds the first at 1e-6, the slow ones the second at
+1e-4, about 4x the largest measured difference and far below any change a refactor makes to a number.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ TABLES = {
 PROVENANCE = ("created", "schema_version")
 #: relative tolerance of numbers computed from fixed inputs without training (measured across CPUs: 2.2e-7)
 FIXED_INPUTS_RTOL = 1e-6
-#: relative tolerance of numbers that went through float32 training (measured across CPUs: ~5e-7)
-TRAINED_RTOL = 1e-5
+#: relative tolerance of numbers that went through float32 training (measured across CPUs: at most 2.4e-5)
+TRAINED_RTOL = 1e-4
 
 
 def assert_close(written: object, expected: object, rtol: float, where: str = "") -> None:
