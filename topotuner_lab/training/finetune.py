@@ -273,7 +273,7 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
     # train and validation rows are the training task's (the last of a train_task chain: e.g. IFEval trains on
     # Alpaca), scored on its metric
     trained = training_spec(cfg.task)
-    score_val = TaskScorer(trained, tokenizer, cfg.max_length, progress=True).with_logloss
+    score_val = TaskScorer(trained, tokenizer, cfg.max_length, progress=True, limits=sandbox).with_logloss
     before = _pretrained_scores(loaded, cfg, data, scorers)
     zero_shot = _zero_shot(loaded, cfg, data, score)
     model, info = prepare_model(loaded, cfg, card)

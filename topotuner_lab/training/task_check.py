@@ -18,7 +18,7 @@ import numpy as np
 
 from topotuner_lab._io.errors import ModelLoadError, TaskError
 from topotuner_lab._io.paths import model_cache_dir
-from topotuner_lab.tasks.specs import get_task, has_validation_split, load_task
+from topotuner_lab.tasks.specs import get_task, has_validation_split, load_task, training_spec
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import chat_framed
 from topotuner_lab.training.evaluation import encode
@@ -194,7 +194,7 @@ def _check_split(
 ) -> SplitCheck:
     """One split's figures; a problem the loader or the chat template raises is a :class:`TaskError`."""
     ds = load_task(spec, split, rows, 0, source)
-    framed_by = task if split == "test" or spec.train_task is None else spec.train_task
+    framed_by = task if split == "test" else training_spec(spec)
     counted = ds if len(ds) <= TOKEN_ROWS else ds.shuffle(seed=0).select(range(TOKEN_ROWS))
     counted = chat_framed(counted, framed_by, tokenizer)
     generation = spec.kind == "generation"
