@@ -18,7 +18,7 @@ from topotuner_lab.drift.tables import load_table
 from topotuner_lab.lab.report import ledger
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import build_profile
-from topotuner_lab.study.claims import ClaimResult, claim_results, stopping_runs, with_holm
+from topotuner_lab.study.claims import ClaimResult, ClaimRules, claim_results, pilot_labels, stopping_runs, with_holm
 from topotuner_lab.study.matrix import transfer_matrix
 from topotuner_lab.study.plan import with_key_columns
 from topotuner_lab.study.presets import RECIPE_STRATEGIES, Preset
@@ -143,10 +143,13 @@ def load_study(out_dir: str | Path) -> StudyInputs:
         preset,
         planned or len(results),
         machine or "machine not recorded",
-        with_holm(
-            (claim_results(results, correct, preset.margin_share) if len(results) else [])
-            + drift_claims(models, preset),
-            preset.primary_claim,
+        pilot_labels(
+            with_holm(
+                (claim_results(results, correct, ClaimRules.of(preset)) if len(results) else [])
+                + drift_claims(models, preset),
+                preset.primary_claim,
+            ),
+            preset.pilot,
         ),
         models,
         (len(correct(str(results["run_dir"].iloc[0]), "test_correct")) or None) if len(results) else None,
