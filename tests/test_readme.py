@@ -34,6 +34,8 @@ NOT_RUN = {
     "topotuner-lab reproduce --preset compare": "the whole comparison (hours); tests/test_experiments.py runs "
     "`reproduce --preset tiny`",
     "topotuner-lab run-notebooks": "the notebook series (minutes); tests/test_notebooks.py runs the tiny preset",
+    "topotuner-lab finetune --model meta-llama/Llama-3.1-8B": "an 8B model from the hub on a GPU; "
+    "tests/test_gpu_ready.py runs bf16 and gradient checkpointing on the tiny model",
 }
 #: README text replaced before a command or code block runs: (text, replacement, why)
 REPLACE = [
