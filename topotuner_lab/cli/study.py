@@ -7,21 +7,26 @@ import shutil
 import textwrap
 from pathlib import Path
 
+from topotuner_lab._io.errors import ParameterError
 from topotuner_lab._io.outputs import check_output_dir, check_writable
 from topotuner_lab._io.yaml_files import summary
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> None:
     from topotuner_lab.lab.report import write_report
+    from topotuner_lab.study.distributed import Cluster
     from topotuner_lab.study.presets import get_preset
     from topotuner_lab.study.protocol import run_study
 
+    if args.gpu and not args.scheduler:
+        raise ParameterError("--gpu asks Dask workers for a GPU, but no --scheduler was given", "add --scheduler local")
+    cluster = Cluster(args.scheduler, args.jobs, args.gpu) if args.scheduler else None
     preset = get_preset(args.preset)
     output = args.output or f"runs/reproduce-{Path(args.preset).stem}"  # a preset file's name without .yaml
     check_output_dir(output, "output folder")
     report = args.report or f"{output}/RESULTS.md"
     check_writable(report, "report", suffixes=(".md",))
-    results = run_study(preset, output)
+    results = run_study(preset, output, threads=args.threads_per_worker, cluster=cluster)
     write_report(output, report, f"topotuner-lab reproduce --preset {args.preset}")
     print(f"wrote {output}/results.csv ({len(results)} runs) and {report}")
 
@@ -88,6 +93,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("-o", "--output", default=None, help="output folder (default: runs/reproduce-PRESET)")
     rp.add_argument(
         "--report", default=None, help="where to write the Markdown report (default: RESULTS.md in the output folder)"
+    )
+    rp.add_argument(
+        "--scheduler",
+        default=None,
+        help="run the fine-tunes as Dask tasks: 'local' for a cluster of --jobs worker processes here, or a Dask "
+        "scheduler's address (tcp://host:8786) whose workers see this folder at the same path (docs/CLUSTER.md); "
+        "default: one after another in this process",
+    )
+    rp.add_argument(
+        "-j", "--jobs", type=int, default=2, help="workers of --scheduler local, capped at the core count (default: 2)"
+    )
+    rp.add_argument(
+        "--threads-per-worker",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch threads of each fine-tune, here and on every Dask worker; the same N gives the same numbers "
+        "either way (default: torch's own here, 1 on a worker)",
+    )
+    rp.add_argument(
+        "--gpu",
+        action="store_true",
+        help="each fine-tune asks its Dask worker for one GPU (resource GPU=1); with --scheduler local, worker i "
+        "sees only GPU i",
     )
     rp.set_defaults(func=_cmd_reproduce)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from topotuner_lab._io.config import POSITIVE_INT
@@ -109,17 +110,41 @@ def check_scheduler_answers(address: str, seconds: float) -> None:
         raise ParameterError(f"the server at {address} answers as a Dask {kind}, not as a scheduler", _FIX)
 
 
-def run_dask(work: list[tuple[Any, ...]], scheduler: str, n_jobs: int) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The pairs as Dask tasks, on a ``LocalCluster`` (``scheduler="local"``) or the cluster at a scheduler address.
+def _local_cluster(n_jobs: int, gpus: bool) -> Any:
+    """A Dask cluster of ``n_jobs`` one-thread worker processes here; with ``gpus`` worker i sees only GPU i.
 
-    An address must answer Dask's handshake within ``HANDSHAKE_SECONDS`` and show a worker within ``WORKER_SECONDS``,
-    else a :class:`ParameterError` says so (never a table stuck at 0/N).
+    Each GPU worker offers the resource ``GPU=1`` and gets its own ``CUDA_VISIBLE_DEVICES`` (the i-th of the
+    devices visible here), as ``dask-cuda``'s ``LocalCUDACluster`` does, without needing it.
+    """
+    from dask.distributed import LocalCluster, Nanny, Scheduler, SpecCluster
+
+    if not gpus:
+        return LocalCluster(n_workers=n_jobs, threads_per_worker=1, processes=True, dashboard_address=None)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devices = visible.split(",") if visible else [str(i) for i in range(n_jobs)]
+    workers = {
+        f"gpu-{device}": {
+            "cls": Nanny,
+            "options": {"nthreads": 1, "resources": {"GPU": 1}, "env": {"CUDA_VISIBLE_DEVICES": device}},
+        }
+        for device in devices[:n_jobs]
+    }
+    return SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {"dashboard_address": None}})
+
+
+@contextmanager
+def dask_client(scheduler: str, n_jobs: int, *, gpus: bool = False) -> Iterator[Any]:
+    """A Dask ``Client`` on a cluster here (``scheduler="local"``: ``n_jobs`` workers) or at a scheduler address.
+
+    An address must answer Dask's handshake within ``HANDSHAKE_SECONDS`` and show a worker within ``WORKER_SECONDS``
+    (with ``gpus``, one offering the resource ``GPU``), else a :class:`ParameterError` says so (never a computation
+    stuck at 0/N). The client, and a cluster made here, are closed on exit.
     """
     import asyncio
 
     check_scheduler(scheduler)
     try:
-        from dask.distributed import Client, LocalCluster, as_completed
+        from dask.distributed import Client
     except ImportError as exc:
         raise ParameterError(
             "a Dask scheduler was asked for, but dask.distributed is not installed",
@@ -127,11 +152,7 @@ def run_dask(work: list[tuple[Any, ...]], scheduler: str, n_jobs: int) -> Iterat
         ) from exc
     if scheduler != "local":
         check_scheduler_answers(scheduler, HANDSHAKE_SECONDS)
-    cluster = (
-        LocalCluster(n_workers=n_jobs, threads_per_worker=1, processes=True, dashboard_address=None)
-        if scheduler == "local"
-        else None
-    )
+    cluster = _local_cluster(n_jobs, gpus) if scheduler == "local" else None
     try:
         client = Client(cluster if cluster is not None else scheduler, timeout=f"{HANDSHAKE_SECONDS:g}s")
     except (OSError, TimeoutError, asyncio.TimeoutError) as exc:
@@ -146,10 +167,28 @@ def run_dask(work: list[tuple[Any, ...]], scheduler: str, n_jobs: int) -> Iterat
                 f"the Dask scheduler at {scheduler} has no worker after {WORKER_SECONDS:g} s",
                 "start workers for it (dask worker tcp://host:8786), or drop --scheduler to use local processes",
             ) from exc
-        futures = [client.submit(_pid_values, *args, pure=False) for args in work]
-        for future in as_completed(futures):
-            yield future.result()
+        workers = client.scheduler_info()["workers"].values()
+        if gpus and not any(w.get("resources", {}).get("GPU") for w in workers):
+            raise ParameterError(
+                f"no worker of the Dask scheduler at {scheduler} offers a GPU",
+                "start its workers with --resources GPU=1 (one per GPU: dask worker ADDRESS --nthreads 1 "
+                "--resources GPU=1), or drop --gpu to train on CPUs",
+            )
+        yield client
     finally:
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def run_dask(work: list[tuple[Any, ...]], scheduler: str, n_jobs: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The pairs as Dask tasks, on a ``LocalCluster`` (``scheduler="local"``) or the cluster at a scheduler address.
+
+    The cluster is :func:`dask_client`'s, checked the same way.
+    """
+    from dask.distributed import as_completed
+
+    with dask_client(scheduler, n_jobs) as client:
+        futures = [client.submit(_pid_values, *args, pure=False) for args in work]
+        for future in as_completed(futures):
+            yield future.result()

@@ -24,11 +24,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
 
 from topotuner_lab._io import atomic
+from topotuner_lab._io.config import POSITIVE_INT
 from topotuner_lab._io.errors import ParameterError, TopoTunerError
 from topotuner_lab.drift.noise import noise_check
 from topotuner_lab.drift.settings import DriftSettings
@@ -68,6 +69,9 @@ from topotuner_lab.weights.checkpoint import read_json
 from topotuner_lab.weights.models import PACKAGED_MODELS, LoadedModel, embedded_gguf_path, load_model
 from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
+if TYPE_CHECKING:
+    from topotuner_lab.study.distributed import Cluster
+
 Log = Callable[[str], None]
 
 
@@ -88,27 +92,28 @@ Cards = dict[CardKey, Path]
 
 
 class Progress:
-    """Runs done of planned, with an estimate of the time left from the runs computed so far."""
+    """Runs done of planned, with an estimate of the time left from the runs computed so far.
 
-    def __init__(self, planned: int, log: Log) -> None:
-        self.planned, self.done, self.log = planned, 0, log
+    ``parallel`` fine-tunes run at once (Dask workers), so the time left is the runs left times their mean
+    time, divided by it.
+    """
+
+    def __init__(self, planned: int, log: Log, parallel: int = 1) -> None:
+        self.planned, self.done, self.log, self.parallel = planned, 0, log, parallel
         self.computed_seconds: list[float] = []
 
-    def step(self, label: str, run: Callable[[], RunResults]) -> RunResults:
-        """Run one fine-tune and log its accuracy and the time left."""
-        start = time.perf_counter()
-        result = run()
-        seconds = time.perf_counter() - start
+    def record(self, label: str, result: RunResults, seconds: float) -> None:
+        """Log a fine-tune that took ``seconds`` (here or on a worker): its accuracy and the time left."""
         if seconds > 0.25:  # a skipped (finished) run takes milliseconds and says nothing about the time left
             self.computed_seconds.append(seconds)
         self.done += 1
         left = self.planned - self.done
         eta = ""
         if self.computed_seconds and left:
-            eta = f", about {left * sum(self.computed_seconds) / len(self.computed_seconds) / 60:.0f} min left"
+            mean = sum(self.computed_seconds) / len(self.computed_seconds)
+            eta = f", about {left * mean / self.parallel / 60:.0f} min left"
         score = f"test {result.get('metric', 'acc')} {result['test_accuracy']:.3f}"
         self.log(f"[{self.done}/{self.planned}] {label}: {score}{eta}")
-        return result
 
 
 def drift_settings(preset: Preset, recipe: str) -> DriftSettings:
@@ -558,56 +563,136 @@ def _run_owner(preset: Preset, spec: RunSpec) -> str:
     return next(prior for prior in preset.prior_tasks if prior != spec.target)
 
 
-def run_study(preset: Preset, out_dir: str | Path, log: Log = print) -> pd.DataFrame:
+class Ledger:
+    """The owner's record of a comparison's runs: which can start, what each gave, and ``results.csv``.
+
+    Both ways of running the grid (one after another here, or as Dask tasks:
+    :func:`topotuner_lab.study.distributed.run_on_dask`) go through it, so the rate choice and the table are one
+    code. An arm's chosen and constant runs wait for its sweep: once every sweep run of the arm is recorded, its rate
+    comes from :func:`select_rate`, unless :func:`extension` first adds sweep runs beyond the grid's edge (placed
+    after the arm's sweep). Rows are kept in plan order, whatever order the runs finish in, and the table is written
+    atomically after each run; only the owner process writes it.
+    """
+
+    def __init__(self, preset: Preset, work: WorkDir, cards: Cards, log: Log) -> None:
+        self.preset, self.work, self.cards, self.log = preset, work, cards, log
+        self.specs = plan(preset)
+        self.progress = Progress(len(self.specs), log)
+        self.started: set[RunSpec] = set()
+        self.results: dict[RunSpec, RunResults] = {}
+        self.rows: dict[RunSpec, dict[str, Any]] = {}
+        self.chosen: dict[tuple[str, str, RunKey], float] = {}
+
+    def take(self, limit: int | None = None) -> list[RunSpec]:
+        """Up to ``limit`` runs (default all) not started yet whose rate is known, in plan order; marked started."""
+        ready = [s for s in self.specs if s not in self.started and (s.role == "sweep" or s.arm in self.chosen)]
+        ready = ready[:limit]
+        self.started.update(ready)
+        return ready
+
+    def lr(self, spec: RunSpec) -> float:
+        """The rate a run trains at: its own in a sweep, else the one chosen for its arm."""
+        lr = spec.lr if spec.role == "sweep" else self.chosen[spec.arm]
+        assert lr is not None
+        return lr
+
+    def config(self, spec: RunSpec) -> FinetuneConfig:
+        """The fine-tune config of a run whose rate is known."""
+        run_dir = self.work.target_run(
+            _run_owner(self.preset, spec), f"{spec.target}/seed{spec.seed}", spec.arm[2].name
+        )
+        return config_for(self.preset, spec, self.cards, self.lr(spec), run_dir)
+
+    def label(self, spec: RunSpec) -> str:
+        """How the progress log names a run."""
+        return f"{spec.prior}->{spec.target} seed {spec.seed} {spec.key.name} lr {self.lr(spec):g}"
+
+    def record(self, spec: RunSpec, res: RunResults, seconds: float) -> None:
+        """Take a finished run's results (``seconds`` of fine-tuning), decide its arm's rate if due, write the table."""
+        self.progress.record(self.label(spec), res, seconds)
+        self.results[spec] = res
+        run_dir = Path(self.config(spec).output_dir).relative_to(self.work.root)
+        self.rows[spec] = summary_row(spec, res, spec.role == "chosen", run_dir)
+        if spec.role == "sweep":
+            self._after_sweep(spec.arm)
+        save_table(self.table(), self.work.results)  # partial table after every run
+
+    def _after_sweep(self, arm: tuple[str, str, RunKey]) -> None:
+        """Once an arm's sweep runs are all recorded: extend the sweep beyond its grid's edge, or choose its rate."""
+        runs = [s for s in self.specs if s.arm == arm and s.role == "sweep"]
+        if any(s not in self.results for s in runs):
+            return
+        sweep = [(self.lr(s), self.results[s]) for s in runs]
+        last, preset = runs[-1], self.preset
+        beyond = extension(sweep, preset.lr_grid[last.key.family], preset.lr_extend, preset.rate_criterion)
+        if beyond is not None:
+            self.log(f"{last.key.name}: best rate at the edge of its grid; extending the sweep to {beyond:g}")
+            more = [replace(last, lr=beyond, seed=seed) for seed in preset.sweep_seeds or (last.seed,)]
+            at = self.specs.index(last) + 1
+            self.specs[at:at] = more
+            self.progress.planned += len(more)
+            return
+        self.chosen[arm] = select_rate(sweep, preset.rate_criterion)
+        if not preset.sweep_seeds:  # the first seed's run at the chosen rate is its result
+            for s in runs:
+                self.rows[s]["selected"] = self.rows[s]["lr"] == self.chosen[arm]
+
+    def table(self) -> pd.DataFrame:
+        """The recorded runs' rows in plan order (a comparison without target tasks: an empty table with columns)."""
+        rows = [self.rows[s] for s in self.specs if s in self.rows]
+        if rows:
+            return pd.DataFrame(rows)
+        return pd.DataFrame(columns=["prior", "target", "seed", "run", *KEY_COLUMNS, "selected"])
+
+
+def use_torch_threads(threads: int | None) -> None:
+    """Have torch compute with ``threads`` threads in this process (None: leave its setting).
+
+    float32 training is bit-identical only at the same thread count, so the serial path and each Dask task set it
+    alike.
+    """
+    if threads is None:
+        return
+    if not POSITIVE_INT(threads):
+        raise ParameterError(
+            f"threads={threads!r} is not a positive number of torch threads", "use --threads-per-worker 1 or more"
+        )
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def run_study(
+    preset: Preset,
+    out_dir: str | Path,
+    log: Log = print,
+    *,
+    threads: int | None = None,
+    cluster: Cluster | None = None,
+) -> pd.DataFrame:
     """Run (or resume) every planned fine-tune of ``preset`` under ``out_dir``; returns and writes the results table.
 
     A seed sets both the training seed and which training rows are drawn; the test rows are the same for every seed
-    (paired comparisons).
+    (paired comparisons). The priors, drift tables and cards are prepared here; the fine-tunes of the grid run here
+    one after another, or as Dask tasks on ``cluster`` (:mod:`topotuner_lab.study.distributed`), with the same
+    results. ``threads``: torch threads of each fine-tune, here and on the workers (None: torch's default here, 1
+    on a worker).
     """
+    use_torch_threads(threads)
     work = WorkDir(out_dir)
     loaded, cards = prepare(preset, work, log)
-    specs = plan(preset)
-    progress = Progress(len(specs), log)
-    rows: list[dict[str, Any]] = []
-    sweeps: dict[tuple[str, str, RunKey], list[tuple[float, RunResults]]] = {}
-    chosen: dict[tuple[str, str, RunKey], float] = {}
-    index = 0
-    while index < len(specs):  # the list grows when a sweep extends past an edge of its grid
-        spec = specs[index]
-        lr = spec.lr if spec.role == "sweep" else chosen[spec.arm]
-        assert lr is not None
-        run_dir = work.target_run(_run_owner(preset, spec), f"{spec.target}/seed{spec.seed}", spec.arm[2].name)
-        cfg = config_for(preset, spec, cards, lr, run_dir)
-        label = f"{spec.prior}->{spec.target} seed {spec.seed} {spec.key.name} lr {lr:g}"
-        res = progress.step(label, functools.partial(finetune_once, loaded, cfg, log))
-        rows.append(summary_row(spec, res, spec.role == "chosen", Path(cfg.output_dir).relative_to(work.root)))
-        if spec.role == "sweep":
-            sweeps.setdefault(spec.arm, []).append((lr, res))
-            last_of_sweep = (
-                index + 1 == len(specs) or specs[index + 1].arm != spec.arm or specs[index + 1].role != "sweep"
-            )
-            grid = preset.lr_grid[spec.key.family]
-            beyond = (
-                extension(sweeps[spec.arm], grid, preset.lr_extend, preset.rate_criterion) if last_of_sweep else None
-            )
-            if beyond is not None:
-                log(f"{spec.key.name}: best rate at the edge of its grid; extending the sweep to {beyond:g}")
-                more = [replace(spec, lr=beyond, seed=seed) for seed in preset.sweep_seeds or (spec.seed,)]
-                specs[index + 1 : index + 1] = more
-                progress.planned += len(more)
-            elif last_of_sweep:
-                chosen[spec.arm] = select_rate(sweeps[spec.arm], preset.rate_criterion)
-                if not preset.sweep_seeds:  # the first seed's run at the chosen rate is its result
-                    for row in rows[-len(sweeps[spec.arm]) :]:
-                        row["selected"] = row["lr"] == chosen[spec.arm]
-        save_table(pd.DataFrame(rows), work.results)  # partial table after every run
-        index += 1
+    ledger = Ledger(preset, work, cards, log)
+    if cluster is None:
+        while ready := ledger.take(1):
+            start = time.perf_counter()
+            res = finetune_once(loaded, ledger.config(ready[0]), log)
+            ledger.record(ready[0], res, time.perf_counter() - start)
+    else:
+        from topotuner_lab.study.distributed import run_on_dask
+
+        run_on_dask(ledger, preset.model, cluster, threads or 1)
     # a drift-only comparison (no target task) still writes a results table the report can read
-    results = (
-        pd.DataFrame(rows)
-        if rows
-        else pd.DataFrame(columns=["prior", "target", "seed", "run", *KEY_COLUMNS, "selected"])
-    )
+    results = ledger.table()
     save_table(results, work.results)
     atomic.write_text(work.root / "results.md", markdown_table(results) + "\n")
     _record_transfers(cards, results)
