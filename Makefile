@@ -42,4 +42,4 @@ bench: venv
 
 clean:
 	rm -rf $(VENV)
-	find runs -mindepth 1 -maxdepth 1 ! -name reproduce-cpu-decide -exec rm -rf {} +  # the cpu-decide study stays
+	find runs -mindepth 1 -maxdepth 1 ! -name reproduce-cpu-decide ! -name reproduce-cpu-grid-pilot -exec rm -rf {} +  # ledgers in git stay
