@@ -32,3 +32,17 @@ def tiny_snapshot(tiny_llama):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def card_path(tiny_llama, tiny_snapshot, tmp_path):
+    """A two-matrix card of tiny-llama ranked by drift against a perturbed copy, saved as card.json."""
+    from topotuner_lab.drift.cache import DriftCache
+    from topotuner_lab.drift.compute import drift_table
+    from topotuner_lab.profiles.apply import identity_of
+    from topotuner_lab.profiles.select import build_profile
+    from topotuner_lab.weights.snapshot import perturb_snapshot
+
+    table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1, cache=DriftCache(None))
+    card = build_profile(table, identity_of(tiny_llama.model, "tiny-llama"), prior_task="sst2", count=2)
+    return card.save(tmp_path / "card.json")

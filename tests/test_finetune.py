@@ -5,26 +5,15 @@ import numpy as np
 import pytest
 
 from topotuner_lab._io.errors import ParameterError, ProfileError, TaskError
-from topotuner_lab.drift.cache import DriftCache
-from topotuner_lab.drift.compute import drift_table
-from topotuner_lab.profiles.apply import identity_of
 from topotuner_lab.profiles.card import ProfileCard
-from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.evaluation import PerplexityProbe
 from topotuner_lab.training.finetune import run_finetune, stop_threshold_for
 from topotuner_lab.training.trainer import lora_rank_for
 from topotuner_lab.weights.extract import extract_snapshot
-from topotuner_lab.weights.snapshot import load_snapshot, perturb_snapshot
+from topotuner_lab.weights.snapshot import load_snapshot
 
 TINY = dict(n_train=16, n_test=8, n_ood=8, n_ppl=2, batch_size=8, max_length=40, learning_rate=1e-3)
-
-
-@pytest.fixture
-def card_path(tiny_llama, tiny_snapshot, tmp_path):
-    table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1, cache=DriftCache(None))
-    card = build_profile(table, identity_of(tiny_llama.model, "tiny-llama"), prior_task="sst2", count=2)
-    return card.save(tmp_path / "card.json")
 
 
 @pytest.mark.slow

@@ -15,7 +15,6 @@ from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.drift.signals import ELTWISE_COLUMN, relchange_table, with_relchange
-from topotuner_lab.profiles.apply import identity_of
 from topotuner_lab.profiles.card import ModelIdentity
 from topotuner_lab.profiles.select import build_profile
 from topotuner_lab.training.config import FinetuneConfig
@@ -204,13 +203,6 @@ def test_upd_of_lora_is_its_merged_delta(tiny_llama):
     moved = sum(int(((p - merged.get_parameter(n)).abs() > 1e-6).sum()) for n, p in tiny_llama.model.named_parameters())
     assert measures["updated_params"] == moved > 0.9 * 2 * 32 * 64  # the v matrices, all but a few entries
     assert measures["updated_params"] > count_parameters(model, trainable_only=True)  # Upd.% above Train.%
-
-
-@pytest.fixture
-def card_path(tiny_llama, tiny_snapshot, tmp_path):
-    table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1, cache=DriftCache(None))
-    card = build_profile(table, identity_of(tiny_llama.model, "tiny-llama"), prior_task="sst2", count=2)
-    return card.save(tmp_path / "card.json")
 
 
 @pytest.mark.slow
