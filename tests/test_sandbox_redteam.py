@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_sandbox import _marked
 
 import topotuner_lab
 from topotuner_lab.tasks.sandbox import SandboxLimits, _memory_parent, isolation_problem, run_program
@@ -32,15 +33,6 @@ pytestmark = pytest.mark.skipif(
 FAST = SandboxLimits(timeout_s=5.0, cpu_s=3, memory_mb=512)
 ROOT = pytest.mark.skipif(os.getuid() != 0, reason="runs as root, as CI does")
 SYSTEM_PYTHON = "/usr/bin/python3"
-
-
-def _marked(marker: str) -> list[psutil.Process]:
-    """Live (not zombie) processes whose command line holds ``marker``."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        if marker in " ".join(proc.info.get("cmdline") or ()) and proc.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(proc)
-    return found
 
 
 def _seen(marker: str, seconds: float = 1.5) -> bool:
