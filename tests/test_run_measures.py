@@ -280,3 +280,7 @@ def test_a_forgetting_battery_scores_each_task_on_its_own_metric_before_and_afte
     assert load_results(tmp_path / "run" / "results.json")["ood_battery"] == battery
     assert len(res["test_correct_before"]) == len(res["test_correct"]) == 4  # zero-shot on the same test rows
     assert res["test_accuracy_before"] == pytest.approx(sum(res["test_correct_before"]) / 4)
+    before = res["test_example_metrics_before"]  # every metric zero-shot, the log-loss a logprob claim's gain needs
+    assert set(before) == set(res["test_example_metrics"]) == {"acc", "logloss"}
+    assert before["acc"] == res["test_correct_before"] and len(before["logloss"]) == 4
+    assert all(x > 0 for x in before["logloss"])

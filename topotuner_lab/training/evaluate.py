@@ -24,11 +24,12 @@ import torch
 
 from topotuner_lab._io import atomic
 from topotuner_lab._io.errors import InputFileError, SnapshotMismatchError
+from topotuner_lab.tasks.fewshot import FEWSHOT_SEED, fewshot_count, fewshot_split, with_fewshot
 from topotuner_lab.tasks.sandbox import SandboxLimits
 from topotuner_lab.tasks.specs import get_task, load_task
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import EVAL_SEED, chat_framed
-from topotuner_lab.training.results import RunResults, load_results, write_results
+from topotuner_lab.training.results import RunResults, example_lists, load_results, write_results
 from topotuner_lab.training.scoring import ExampleScores, TaskScorer
 from topotuner_lab.training.trainer import TrainableOnlyTrainer, last_checkpoint, prepare_model
 from topotuner_lab.weights.models import LoadedModel, load_model
@@ -160,20 +161,24 @@ def evaluate(
     n_test: int | None = None,
     max_length: int | None = None,
     data_source: str | None = None,
+    num_fewshot: int | None = None,
     output_dir: str | os.PathLike[str] | None = None,
     confirm_run_unsafe_code: bool = False,
 ) -> dict[str, Any]:
     """Score ``model`` (zero-shot; default the embedded one) or the fine-tuned weights of ``run`` on ``task``.
 
     ``task``, ``n_test``, ``max_length`` and ``data_source`` default to the run's own (a run is then scored on the rows
-    it was tested on), else to ``sst2``, 128, 64 and the offline copies. With ``output_dir``: ``evaluation.json``
-    (with a checksum, as ``results.json``) and ``predictions.jsonl`` are written there.
+    it was tested on), else to ``sst2``, 128, 64 and the offline copies. ``num_fewshot``: solved examples before each
+    prompt (:func:`~topotuner_lab.tasks.fewshot.with_fewshot`; default the run's, else the task spec's). With
+    ``output_dir``: ``evaluation.json`` (with a checksum, as ``results.json``) and ``predictions.jsonl`` are written
+    there.
 
     Returns
     -------
     ``task``, ``metric`` (the primary), ``metrics`` (each metric's ``mean``, ``low``, ``high``: a bootstrap
     interval at ``level`` over the test rows), ``model``, ``source`` (``zero-shot`` or the run folder), ``weights``,
-    ``n_test``, ``max_length``, ``example_metrics`` (per row), ``predictions``.
+    ``n_test``, ``max_length``, ``num_fewshot`` (with ``fewshot_split`` and ``fewshot_seed``), ``example_metrics``
+    (per row), ``predictions``.
     """
     config: dict[str, Any] = {}
     if run is not None:
@@ -187,10 +192,12 @@ def evaluate(
     n_test = n_test or config.get("n_test") or 128
     max_length = max_length or config.get("max_length") or 64
     data_source = data_source or config.get("data_source")
+    num_fewshot = fewshot_count(task, config.get("num_fewshot") if num_fewshot is None else num_fewshot)
     tokenizer = loaded.tokenizer
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    rows = chat_framed(load_task(task, "test", n_test, EVAL_SEED, data_source), task, tokenizer)
+    rows = load_task(task, "test", n_test, EVAL_SEED, data_source)
+    rows = chat_framed(with_fewshot(rows, task, num_fewshot, data_source), task, tokenizer)
     limits = SandboxLimits(confirm_run_unsafe_code=confirm_run_unsafe_code)
     scorer = TaskScorer(task, tokenizer, max_length, progress=True, limits=limits)
     scores, predictions = scorer.score_and_predict(loaded.model.eval(), rows)
@@ -206,11 +213,13 @@ def evaluate(
         "n_test": len(rows),
         "max_length": max_length,
         "data_source": data_source,
+        "num_fewshot": num_fewshot,
+        "fewshot_split": fewshot_split(task),
+        "fewshot_seed": FEWSHOT_SEED,
     }
     if output_dir is not None:
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
         write_predictions(out / PREDICTIONS, rows, scores, predictions, scorer.spec.target_delimiter)
         write_results(out / EVALUATION, evaluation)
-    example_metrics = {name: np.asarray(values, dtype=float).tolist() for name, values in scores.items()}
-    return {**evaluation, "example_metrics": example_metrics, "predictions": predictions}
+    return {**evaluation, "example_metrics": example_lists(scores), "predictions": predictions}

@@ -24,6 +24,7 @@ from transformers import TrainerCallback
 
 from topotuner_lab._io.errors import ProfileError, TopoTunerError
 from topotuner_lab.profiles.card import ProfileCard
+from topotuner_lab.tasks.fewshot import fewshot_count
 from topotuner_lab.tasks.sandbox import SandboxLimits
 from topotuner_lab.tasks.specs import training_spec
 from topotuner_lab.training.callbacks import EpochClock, EpochEvaluation, EpochSnapshots, epoch_snapshot_path
@@ -34,8 +35,8 @@ from topotuner_lab.training.evaluate import PREDICTIONS, write_predictions
 from topotuner_lab.training.evaluation import accuracy, perplexity_probe
 from topotuner_lab.training.machine import machine
 from topotuner_lab.training.memory import PeakMemory
-from topotuner_lab.training.results import RunResults, collect_results, write_results
-from topotuner_lab.training.scoring import TaskScorer, per_example, primary_values
+from topotuner_lab.training.results import RunResults, collect_results, example_lists, write_results
+from topotuner_lab.training.scoring import ExampleScores, TaskScorer, per_example, primary_values
 from topotuner_lab.training.trainer import build_trainer, last_checkpoint, prepare_model, resolve_lora_rank
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import LoadedModel
@@ -183,7 +184,7 @@ def _pretrained_scores(
     The evaluation rows are fixed (``EVAL_SEED``) and ``loaded`` is never changed, so every run of a comparison
     shares it: computed once per process, not once per fine-tune.
     """
-    key = (tuple(data.battery), cfg.n_ood, cfg.n_ppl, cfg.max_length, cfg.data_source)
+    key = (tuple(data.battery), cfg.n_ood, cfg.n_ppl, cfg.max_length, cfg.data_source, cfg.num_fewshot)
     per_model = _PRETRAINED_SCORES.setdefault(loaded.model, {})
     if key not in per_model:
         probe = perplexity_probe(loaded.model, loaded.tokenizer, data.general_text, max_length=cfg.max_length)
@@ -200,13 +201,17 @@ def _pretrained_scores(
     return {name: list(value) if isinstance(value, list) else value for name, value in per_model[key].items()}
 
 
-def _zero_shot(loaded: LoadedModel, cfg: FinetuneConfig, data: RunData, score: TaskScorer) -> np.ndarray:
-    """The pretrained model's per-example test score: where fine-tuning starts (once per process and test draw)."""
-    key = ("zero-shot", cfg.task, cfg.n_test, cfg.max_length, cfg.data_source)
+def _zero_shot(loaded: LoadedModel, cfg: FinetuneConfig, data: RunData, score: TaskScorer) -> ExampleScores:
+    """The pretrained model's per-example test scores, every metric: where fine-tuning starts.
+
+    Computed once per process and test draw. The continuous metrics (the gold label's log-loss) give a claim
+    measured by log-probability its zero-shot -> full FT gain.
+    """
+    key = ("zero-shot", cfg.task, cfg.n_test, cfg.max_length, cfg.data_source, cfg.num_fewshot)
     per_model = _PRETRAINED_SCORES.setdefault(loaded.model, {})
     if key not in per_model:
-        per_model[key] = {"test": score(loaded.model, data.test)}
-    return np.asarray(per_model[key]["test"])
+        per_model[key] = {"test": score.score_all(loaded.model, data.test)}
+    return per_model[key]["test"]
 
 
 def battery_results(
@@ -294,10 +299,13 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
         )
     metrics = {task: scorer.metric for task, scorer in scorers.items()}
     results["ood_battery"] = battery_results(before["battery"], after, metrics) if after else None
-    results["test_accuracy_before"] = accuracy(zero_shot)
-    results["test_correct_before"] = per_example(zero_shot)
+    zero_shot_primary = primary_values(zero_shot[score.metric])
+    results["test_accuracy_before"] = accuracy(zero_shot_primary)
+    results["test_correct_before"] = per_example(zero_shot_primary)
+    results["test_example_metrics_before"] = example_lists(zero_shot)
     results.update(info)  # type: ignore[typeddict-item]
     results["requested_counts"] = capped
+    results["num_fewshot"] = fewshot_count(cfg.task, cfg.num_fewshot)  # the examples each test prompt had
     results["resumed_from"] = resume
     results["stop_threshold"] = threshold
     results["transferred_to"] = (

@@ -6,7 +6,6 @@ is never reused as if a run had produced it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -18,12 +17,13 @@ from transformers import Trainer
 
 from topotuner_lab._io import atomic
 from topotuner_lab._io.errors import InputFileError
+from topotuner_lab._io.json_files import json_digest, read_json
 from topotuner_lab.training.callbacks import EpochEvaluation, at_epoch, evaluation_entry, per_epoch
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import RunData
 from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
 from topotuner_lab.training.evaluation import accuracy, perplexity_probe
-from topotuner_lab.training.scoring import per_example, primary_values
+from topotuner_lab.training.scoring import ExampleScores, per_example, primary_values
 from topotuner_lab.training.spectrum import SpectrumRecord
 from topotuner_lab.training.updates import update_measures
 from topotuner_lab.weights.models import LoadedModel
@@ -45,7 +45,8 @@ class RunResults(TypedDict, total=False):
       its name. ``test_metrics``: the mean of every metric the task is scored by; ``test_example_metrics``: their
       per-example values (``test_correct``'s order).
     - ``test_accuracy_before``, ``test_correct_before``: the pretrained (zero-shot) model's score on the same test
-      rows, mean and per example: where fine-tuning starts, the scale a non-inferiority margin is read against.
+      rows, mean and per example: where fine-tuning starts, the scale a non-inferiority margin is read against;
+      ``test_example_metrics_before``: every metric per example, as ``test_example_metrics``.
     - ``ood_battery``: the forgetting battery (``ood_tasks``; the first is ``ood_task``), per task its ``metric``,
       mean score ``before`` and ``after`` fine-tuning and per-example ``correct_before`` / ``correct_after``.
     - ``stop_epoch_test_correct``: per test row (``test_correct``'s order), 1 if it was right after the epoch the
@@ -62,6 +63,8 @@ class RunResults(TypedDict, total=False):
     - The forgetting fields (``ood_*``, ``forgetting_ood``) are None when the run had no battery (``n_ood`` 0), the
       perplexity fields (``perplexity_*``, ``ppl_*``) when it had no perplexity probe (``n_ppl`` 0).
     - ``spectrum``: the ``spectrum-top5`` method's percent and the ``unfrozen_parameters`` patterns it trained.
+    - ``num_fewshot``: the few-shot examples before each test and validation prompt (``config.num_fewshot`` where
+      given, else the task spec's; :mod:`topotuner_lab.tasks.fewshot`).
     """
 
     config: dict[str, Any]
@@ -99,6 +102,7 @@ class RunResults(TypedDict, total=False):
     ood_battery: dict[str, dict[str, Any]] | None
     test_accuracy_before: float
     test_correct_before: list[int] | list[float]
+    test_example_metrics_before: dict[str, list[float]]
     perplexity_before: float | None
     perplexity_after: float | None
     ppl_nll_before: list[float] | None
@@ -116,6 +120,7 @@ class RunResults(TypedDict, total=False):
     spectrum: SpectrumRecord
     lora_rank: int
     requested_counts: dict[str, int]
+    num_fewshot: int
     resumed_from: str | None
     stop_threshold: float | None
     peak_rss_mib: float
@@ -127,6 +132,11 @@ class RunResults(TypedDict, total=False):
     snapshot: str
     epoch_snapshots: list[str]
     wall_seconds: float
+
+
+def example_lists(scores: ExampleScores) -> dict[str, list[float]]:
+    """Every metric's per-example values as plain float lists (what ``results.json`` stores)."""
+    return {name: np.asarray(values, dtype=float).tolist() for name, values in scores.items()}
 
 
 def collect_results(
@@ -198,7 +208,7 @@ def collect_results(
         "test_accuracy": accuracy(test_correct),
         "test_correct": per_example(test_correct),  # per test example, for paired bootstrap intervals
         "test_metrics": {name: accuracy(values) for name, values in test_metrics.items() if name != "logloss"},
-        "test_example_metrics": {name: np.asarray(v, dtype=float).tolist() for name, v in test_metrics.items()},
+        "test_example_metrics": example_lists(test_metrics),
         "epoch_test_accuracy": per_epoch(history, "test_accuracy"),
         "epoch_val_accuracy": per_epoch(history, "val_accuracy"),
         "epoch_val_logloss": per_epoch(history, "val_logloss"),
@@ -229,9 +239,7 @@ CHECKSUM = "checksum"
 
 def results_checksum(results: Mapping[str, Any]) -> str:
     """A digest of the results as JSON (every key but the checksum), as :func:`write_results` stores it."""
-    plain = {k: v for k, v in results.items() if k != CHECKSUM}
-    text = json.dumps(plain, sort_keys=True, default=str)
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+    return json_digest({k: v for k, v in results.items() if k != CHECKSUM})
 
 
 def write_results(path: str | os.PathLike[str], results: Mapping[str, Any]) -> Path:
@@ -249,11 +257,8 @@ def load_results(path: str | os.PathLike[str]) -> RunResults:
     """
     path = Path(path)
     fix = f"delete {path.parent} and run the fine-tune again (reproduce reruns it by itself)"
-    try:
-        results = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise InputFileError(f"results file {path} is missing or damaged ({exc.__class__.__name__})", fix) from exc
-    if not isinstance(results, dict) or "test_accuracy" not in results:
+    results = read_json(path, "results file", fix)
+    if "test_accuracy" not in results:
         raise InputFileError(f"results file {path} is not a fine-tune's results", fix)
     recorded = results.pop(CHECKSUM, None)
     if recorded is None:
