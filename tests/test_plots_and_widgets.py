@@ -10,7 +10,14 @@ from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.lab import plots, workbench
-from topotuner_lab.lab.widgets import ProfileBuilder, ProjectionPicker, table_recipe, task_picker
+from topotuner_lab.lab.widgets import (
+    ProfileBuilder,
+    ProjectionPicker,
+    card_scores,
+    selector_columns,
+    table_recipe,
+    task_picker,
+)
 from topotuner_lab.profiles.apply import identity_of
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.profiles.select import build_profile
@@ -99,12 +106,90 @@ def test_profile_builder_follows_controls(table, tiny_llama, tmp_path):
     )
     builder.mode.value = "percent"
     builder.percent.value = 0.1  # below one matrix: the error is shown, no card
-    assert builder.card is None and "below the smallest projection" in builder.status.value
+    assert builder.card is None and "below the smallest projection" in builder.error.value
     builder.percent.value = 5.0
     files = builder.save()
     assert all(f.is_file() for f in files)
     assert ProfileCard.load(files[0]).trainable == builder.card.trainable
     assert "unfrozen_parameters:" in files[2].read_text()
+
+
+def _heat(builder):
+    return [t for t in builder.plot.data if isinstance(t, go.Heatmap)]
+
+
+def test_profile_builder_colours_by_the_score_that_ranks(table, tiny_llama, tmp_path):
+    identity = identity_of(tiny_llama.model, "tiny-llama")
+    builder = ProfileBuilder(table, identity, "sst2", tmp_path)
+    builder.mode.value, builder.count.value = "count", 3
+    card = builder.card
+    assert card.normalization == "per-point" and card.metric == "h0_w1"
+    per_point = table.assign(score=table["h0_w1"] / table["n_h0_before"])
+    (heat,) = _heat(builder)
+    np.testing.assert_allclose(np.asarray(heat.z, float), plots.layer_kind_grid(per_point, "score").values)
+    assert not np.allclose(np.asarray(heat.z, float), plots.layer_kind_grid(table, "h0_w1").values)  # not raw W1
+    assert heat.showscale is not False and heat.colorbar.x is not None  # a colour bar
+    assert "h0_w1 (per-point)" in heat.hovertemplate and "%{z" in heat.hovertemplate
+    picks = per_point.nlargest(3, "score")
+    assert set(picks.pid) == set(card.trainable)  # the outlined cells hold the highest colour values
+    (marks,) = [t for t in builder.plot.data if isinstance(t, go.Scatter)]
+    values = dict(zip(zip(marks.x, marks.y), marks.customdata))  # a selected cell's hover shows its value too
+    for pid, score in zip(picks.pid, picks.score):
+        layer, kind = int(pid.split(".")[0][1:]), pid.split(".")[1]
+        assert np.isclose(values[(kind, layer)], score)
+    assert "%{customdata" in marks.hovertemplate
+    builder.strategy.value = "low-drift"
+    assert "lowest" in builder.plot.layout.title.text and set(builder.card.trainable) == set(
+        per_point.nsmallest(3, "score").pid
+    )
+
+
+def test_profile_builder_runs_every_offered_strategy_or_shows_why(table, tiny_snapshot, tiny_llama, tmp_path):
+    identity = identity_of(tiny_llama.model, "tiny-llama")
+    after = perturb_snapshot(tiny_snapshot, 0.05)
+    loads = []
+    pair = lambda: loads.append(1) or (tiny_snapshot, after)
+    builder = ProfileBuilder(table, identity, "sst2", tmp_path, selectors=selector_columns(pair))
+    builder.mode.value, builder.count.value = "count", 3
+    offered = builder.strategy.options
+    assert {"snr", "alpha", "kappa", "relchange"} <= set(offered) and "gradient" not in offered  # no target task
+    assert loads == []  # nothing computed before a selector is picked
+    for strategy in offered:
+        builder.strategy.value = strategy
+        if builder.card is None:
+            assert builder.error.value, strategy  # the error is in the widget
+            assert not _heat(builder)  # and the figure no longer shows the previous strategy
+            continue
+        assert builder.card.strategy == strategy and builder.error.value == "", strategy
+        scores = card_scores(builder.card)
+        (heat,) = _heat(builder)
+        expected = plots.layer_kind_grid(table.assign(s=table["pid"].map(scores)), "s").values
+        np.testing.assert_allclose(np.asarray(heat.z, float), expected, err_msg=strategy)
+    assert loads == [1]  # the snapshots were read once
+    built = {s for s in offered if (builder.strategy.__setattr__("value", s), builder.card)[1] is not None}
+    assert {"snr", "alpha", "kappa", "relchange", "magnitude", "random", "high-drift"} <= built
+    plain = ProfileBuilder(table, identity, "sst2", tmp_path)  # no snapshots: only what the table can rank
+    assert "snr" not in plain.strategy.options and "magnitude" in plain.strategy.options
+
+
+def test_profile_builder_shows_a_failing_strategy_and_a_failing_save(table, tiny_llama, tmp_path):
+    identity = identity_of(tiny_llama.model, "tiny-llama")
+
+    def broken(_table):
+        raise ProfileError("the spectra could not be computed", "check the snapshot")
+
+    builder = ProfileBuilder(table, identity, "sst2", tmp_path, selectors={"snr": broken})
+    builder.mode.value, builder.count.value = "count", 2
+    assert _heat(builder)
+    builder.strategy.value = "snr"
+    assert builder.card is None and "the spectra could not be computed" in builder.error.value
+    assert not _heat(builder) and "no selection" in builder.plot.layout.title.text
+    builder.save_button.click()  # Save with nothing to save: the error shows, nothing is written, nothing raised
+    assert "no valid profile is selected" in builder.error.value and not list(tmp_path.glob("*.json"))
+    builder.strategy.value = "high-drift"  # a working strategy clears the error
+    assert builder.card is not None and builder.error.value == "" and _heat(builder)
+    builder.save_button.click()
+    assert list(tmp_path.glob("sst2-high-drift-*.json")) and "saved" in builder.status.value
 
 
 def test_png_export_retries_a_transient_kaleido_failure(tmp_path, monkeypatch):
@@ -237,7 +322,7 @@ def test_profile_builder_recipe_errors(recipe_tables, table, tiny_llama, tmp_pat
     before = builder.card
     builder.recipe.value = "reference"  # the error is shown; the table in use stays, and so does the dropdown
     assert builder.recipe.value == "default" and table_recipe(builder.table) == "default"
-    assert "could not be computed" in builder.status.value and builder.card == before
+    assert "could not be computed" in builder.error.value and builder.card == before
 
 
 def test_drift_source_keeps_each_recipe_in_its_own_folder(tiny_snapshot, tmp_path):

@@ -128,40 +128,52 @@ def drift_heatmaps(
     title: str = "Drift per layer and projection",
     selected: Iterable[str] = (),
 ) -> go.Figure:
-    """Side-by-side layer x {q,k,v,o} heatmaps, one per column; ``selected`` ids are outlined."""
-    fig = make_subplots(rows=1, cols=len(columns), subplot_titles=list(columns), horizontal_spacing=0.06)
-    chosen = set(selected)
+    """Side-by-side layer x {q,k,v,o} heatmaps, one per column, each with its own colour bar; ``selected`` outlined.
+
+    Every cell's hover names its projection and value, an outlined (selected) cell's too.
+    """
+    fig = make_subplots(
+        rows=1, cols=len(columns), subplot_titles=list(columns), horizontal_spacing=0.1 if len(columns) > 1 else 0.06
+    )
+    chosen = [parse_pid(pid) for pid in selected]
     for i, column in enumerate(columns, start=1):
         grid = layer_kind_grid(table, column)
+        domain = fig.layout[f"xaxis{'' if i == 1 else i}"].domain
         fig.add_trace(
             go.Heatmap(
                 z=grid.values,
                 x=list(grid.columns),
                 y=list(grid.index),
                 colorscale="Viridis",
-                showscale=False,
+                colorbar=dict(x=domain[1] + 0.005, xanchor="left", thickness=10, len=0.9),
                 hovertemplate=f"L%{{y}}.%{{x}}<br>{column} %{{z:.4g}}<extra></extra>",
             ),
             row=1,
             col=i,
         )
-        marks = [(pid.split(".")[1], int(pid.split(".")[0][1:])) for pid in chosen]
-        if marks:
+        if chosen:
             fig.add_trace(
                 go.Scatter(
-                    x=[m[0] for m in marks],
-                    y=[m[1] for m in marks],
+                    x=[kind for _, kind in chosen],
+                    y=[layer for layer, _ in chosen],
+                    customdata=[grid.loc[layer, kind] for layer, kind in chosen],
                     mode="markers",
                     name="trainable",
                     showlegend=i == 1,
                     marker=dict(symbol="square-open", size=14, color="red", line=dict(width=2)),
+                    hovertemplate=f"L%{{y}}.%{{x}} (trainable)<br>{column} %{{customdata:.4g}}<extra></extra>",
                 ),
                 row=1,
                 col=i,
             )
     fig.update_yaxes(title_text="layer", col=1)
     fig.update_yaxes(dtick=1 if table["layer"].nunique() <= 12 else 5)
-    fig.update_layout(title=title, template="plotly_white", height=max(350, 18 * table["layer"].nunique() + 150))
+    fig.update_layout(
+        title=title,
+        template="plotly_white",
+        height=max(350, 18 * table["layer"].nunique() + 150),
+        legend=dict(orientation="h", y=-0.08),
+    )
     return fig
 
 

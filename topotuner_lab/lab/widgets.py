@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import ipywidgets as w
@@ -21,11 +21,21 @@ from topotuner_lab._io.errors import ParameterError, ProfileError, TaskError, To
 from topotuner_lab.drift import columns
 from topotuner_lab.drift.noise import NoiseCheck, noise_check
 from topotuner_lab.drift.settings import RECIPES, DriftSettings
+from topotuner_lab.drift.signals import SIGNALS, with_relchange, with_signals
 from topotuner_lab.lab.plots import drift_heatmaps, update_figure_widget
-from topotuner_lab.profiles.card import DEFAULT_NORMALIZATION, NORMALIZATIONS, STRATEGIES, ModelIdentity, ProfileCard
+from topotuner_lab.profiles.card import (
+    DEFAULT_NORMALIZATION,
+    FIXED_RANKINGS,
+    JOINT,
+    NORMALIZATIONS,
+    STRATEGIES,
+    ModelIdentity,
+    ProfileCard,
+)
 from topotuner_lab.profiles.select import MIN_NOISE_DRAWS, build_profile
 from topotuner_lab.tasks.specs import TASKS, TaskSpec, get_task
 from topotuner_lab.weights.projections import parse_pid
+from topotuner_lab.weights.snapshot import Snapshot
 
 
 class ProjectionPicker(w.HBox):
@@ -164,6 +174,61 @@ def task_picker(
 #: the drift table and its noise tables (the noise floor) of a named recipe, computed or loaded when asked
 #: (:func:`topotuner_lab.lab.workbench.drift_source`)
 DriftSource = Callable[[str], tuple[pd.DataFrame, Sequence[pd.DataFrame]]]
+#: strategy -> a function that adds the column the strategy ranks by to a drift table (computed when picked)
+ColumnSources = Mapping[str, Callable[[pd.DataFrame], pd.DataFrame]]
+
+
+def selector_columns(
+    snapshots: Callable[[], tuple[Snapshot, Snapshot]],
+) -> dict[str, Callable[[pd.DataFrame], pd.DataFrame]]:
+    """The columns of the field's selectors, computed on demand from the pretrained and prior-fine-tuned snapshots.
+
+    ``snapshots`` returns the pair (read once, when a selector is first picked). The weight statistics (``snr``,
+    ``alpha``, ``kappa``: :data:`~topotuner_lab.drift.signals.SIGNALS`) need the pretrained matrices, ``relchange``
+    the fine-tuned ones too. ``gradient`` needs a target task and the model, so it is not among them.
+    """
+    pair: list[tuple[Snapshot, Snapshot]] = []
+
+    def loaded() -> tuple[Snapshot, Snapshot]:
+        if not pair:
+            pair.append(snapshots())
+        return pair[0]
+
+    sources: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
+        strategy: lambda table: with_signals(table, loaded()[0])
+        for strategy, (column, _) in FIXED_RANKINGS.items()
+        if column in SIGNALS
+    }
+    sources["relchange"] = lambda table: with_relchange(table, *loaded())
+    return sources
+
+
+def needed_columns(strategy: str) -> list[str]:
+    """The drift-table columns ``strategy`` ranks by besides the drift metric (none for high/low-drift and random)."""
+    if strategy in FIXED_RANKINGS:
+        return [FIXED_RANKINGS[strategy][0]]
+    return [FIXED_RANKINGS["magnitude"][0]] if strategy in JOINT else []
+
+
+def score_label(card: ProfileCard) -> str:
+    """What a card's ranking scores are, for a colour bar: the column and its normalization, or the joint score."""
+    if card.strategy == "random":
+        return "random order"
+    if card.strategy in JOINT:
+        return f"joint score ({card.metric} {card.normalization} x rel_frobenius)"
+    return card.metric if card.normalization == "raw" else f"{card.metric} ({card.normalization})"
+
+
+def card_scores(card: ProfileCard) -> pd.Series:
+    """The scores a card ranked its projections by, by id: the values its selection filled the budget from."""
+    return pd.Series({row["pid"]: float(row["score"]) for row in card.ranking}, name=score_label(card))
+
+
+def error_html(exc: BaseException) -> str:
+    """An error for a widget's error label: a project error's problem and fix, any other error's type and text."""
+    if isinstance(exc, TopoTunerError):
+        return f"<b style='color:#b00'>{html.escape(exc.problem)}</b> — {html.escape(exc.fix)}"
+    return f"<b style='color:#b00'>{html.escape(type(exc).__name__)}: {html.escape(str(exc))}</b>"
 
 
 def table_recipe(table: pd.DataFrame) -> str:
@@ -190,11 +255,13 @@ def recipe_summary(name: str) -> str:
 class ProfileBuilder(w.VBox):
     """A profile card built with widgets: drift recipe, strategy, budget (% or count), metric and homology dimension.
 
-    The heatmap and the trainable-parameter count follow every change; *Save* writes the card, its Markdown view
-    and the Spectrum/axolotl YAML. Given a ``drift`` source, the *recipe* control picks the drift table
-    (:data:`~topotuner_lab.drift.settings.RECIPES`: the lab's ``default`` or the authors' ``reference``), computed or
-    loaded when picked; the H dim and metric controls then offer that table's measures. Without one the recipe shows
-    the given table's and is fixed.
+    The heatmap (coloured by the scores the strategy ranks by, the picks outlined) and the trainable-parameter count
+    follow every change; *Save* writes the card, its Markdown view and the Spectrum/axolotl YAML. Given a ``drift``
+    source, the *recipe* control picks the drift table (:data:`~topotuner_lab.drift.settings.RECIPES`: the lab's
+    ``default`` or the authors' ``reference``), computed or loaded when picked; the H dim and metric controls then
+    offer that table's measures. Without one the recipe shows the given table's and is fixed. The strategy control
+    offers the strategies whose columns the table has or ``selectors`` can add (:func:`selector_columns`, computed
+    when the strategy is picked). Every error shows in the ``error`` label; the figure is then cleared.
     """
 
     def __init__(
@@ -209,6 +276,7 @@ class ProfileBuilder(w.VBox):
         noise: Sequence[pd.DataFrame] = (),
         drift: DriftSource | None = None,
         recipe: str = "default",
+        selectors: ColumnSources | None = None,
     ) -> None:
         if table is None:
             if drift is None:
@@ -219,7 +287,7 @@ class ProfileBuilder(w.VBox):
             table, noise = self._load(drift, recipe)
         self.identity, self.prior_task, self.out_dir = identity, prior_task, Path(out_dir)
         self.stop_threshold, self.seed, self.drift = stop_threshold, seed, drift
-        self.table, self.noise = table, list(noise)
+        self.table, self.noise, self.selectors = table, list(noise), dict(selectors or {})
         self._holding = True  # no refresh while controls are (re)configured
         current = table_recipe(table)
         self.recipe = w.Dropdown(
@@ -229,7 +297,7 @@ class ProfileBuilder(w.VBox):
             disabled=drift is None,
         )
         self.recipe_info = w.HTML(f"<span style='color:#555'>{recipe_summary(current)}</span>")
-        self.strategy = w.Dropdown(options=list(STRATEGIES), value="high-drift", description="strategy")
+        self.strategy = w.Dropdown(options=["high-drift"], value="high-drift", description="strategy")
         self.mode = w.ToggleButtons(options=["percent", "count"], value="percent", description="budget in")
         self.percent = w.FloatSlider(value=1.0, min=0.1, max=10.0, step=0.1, description="budget %")
         self.count = w.IntSlider(value=4, min=1, max=len(table), description="matrices")
@@ -239,9 +307,10 @@ class ProfileBuilder(w.VBox):
         self._loaded = current
         self._configure()
         self.status = w.HTML()
+        self.error = w.HTML()
         self.plot = go.FigureWidget()
         self.save_button = w.Button(description="Save profile card", button_style="success", icon="save")
-        self.save_button.on_click(lambda _b: self.save())
+        self.save_button.on_click(self._save_clicked)
         self.card: ProfileCard | None = None
         self.check: NoiseCheck | None = None
         self.noise_status = w.HTML()
@@ -253,6 +322,7 @@ class ProfileBuilder(w.VBox):
                 w.HBox([self.dim, self.order, self.normalization]),
                 self.noise_status,
                 self.status,
+                self.error,
                 self.save_button,
                 self.plot,
             ]
@@ -277,13 +347,19 @@ class ProfileBuilder(w.VBox):
         control.options = options
         control.value = keep
 
+    def offered_strategies(self) -> list[str]:
+        """The strategies that can rank the current table: its columns have what they need, or ``selectors`` add it."""
+        have = set(columns.rankable(self.table))
+        return [s for s in STRATEGIES if s in self.selectors or set(needed_columns(s)) <= have]
+
     def _configure(self) -> None:
-        """Offer the current table's homology dimensions, orders and normalizations (without refreshing)."""
+        """Offer the current table's strategies, dimensions, orders and normalizations (without refreshing)."""
         measures = columns.measures(self.table)
         dims = sorted({m.dim for m in measures})
         orders = sorted({f"{m.order:g}" for m in measures if m.order is not None}, key=float)
         orders += ["bottleneck"] if any(m.order is None for m in measures) else []
         usable = [n for n in NORMALIZATIONS if n != "noise-z" or len(self.noise) >= MIN_NOISE_DRAWS]
+        self._set_options(self.strategy, self.offered_strategies(), "high-drift")
         self._set_options(self.dim, dims, dims[0])
         self._set_options(self.order, orders, orders[0])
         self._set_options(self.normalization, usable, DEFAULT_NORMALIZATION)
@@ -308,9 +384,10 @@ class ProfileBuilder(w.VBox):
         self.status.value = f"loading the drift table of recipe <b>{name}</b>..."
         try:
             self.table, self.noise = self._load(self.drift, name)
-        except TopoTunerError as exc:
+        except Exception as exc:  # shown in the widget: an observer's exception would be lost in the kernel log
             self.recipe.value = self._loaded  # back to the table still in use (a no-op call back)
-            self.status.value = f"<b style='color:#b00'>{exc.problem}</b> — {exc.fix}"
+            self.status.value = ""
+            self.error.value = error_html(exc)
             return None
         self._loaded = name
         self.recipe_info.value = f"<span style='color:#555'>{recipe_summary(name)}</span>"
@@ -328,12 +405,23 @@ class ProfileBuilder(w.VBox):
             return columns.bottleneck(self.dim.value)
         return columns.wasserstein(self.dim.value, float(self.order.value))
 
+    def _add_columns(self, strategy: str) -> None:
+        """Compute the columns ``strategy`` ranks by when the table lacks them (once per table)."""
+        if strategy in self.selectors and not set(needed_columns(strategy)) <= set(self.table.columns):
+            self.status.value = f"computing the columns of strategy <b>{strategy}</b>..."
+            self.table = self.selectors[strategy](self.table)
+
     def refresh(self) -> ProfileCard | None:
-        """Rebuild the card from the controls and redraw; a bad budget shows its error instead."""
+        """Rebuild the card from the controls and redraw.
+
+        An error (a bad budget, a strategy that cannot rank the table) shows in the ``error`` label, clears the figure
+        and leaves no card.
+        """
         self.percent.layout.display = None if self.mode.value == "percent" else "none"
         self.count.layout.display = None if self.mode.value == "count" else "none"
         budget = {"fraction": self.percent.value / 100} if self.mode.value == "percent" else {"count": self.count.value}
         try:
+            self._add_columns(self.strategy.value)
             self.card = build_profile(
                 self.table,
                 self.identity,
@@ -346,11 +434,14 @@ class ProfileBuilder(w.VBox):
                 noise=self.noise,
                 **budget,
             )
-        except ProfileError as exc:
-            self.card = None
-            self.status.value = f"<b style='color:#b00'>{exc.problem}</b> — {exc.fix}"
+        except Exception as exc:  # shown in the widget: an observer's exception would be lost in the kernel log
+            self.card, self.check = None, None
+            self.status.value = self.noise_status.value = ""
+            self.error.value = error_html(exc)
+            update_figure_widget(self.plot, go.Figure(layout=dict(title="no selection: see the error above")))
             return None
         c = self.card
+        self.error.value = ""
         self.check = noise_check(self.table, self.noise, c.metric) if self.noise and c.metric in self.noise[0] else None
         color = "#b00" if self.check is not None and self.check.within_noise else "#555"
         self.noise_status.value = (
@@ -360,16 +451,31 @@ class ProfileBuilder(w.VBox):
             f"<b>{len(c.trainable)}</b> trainable projections, <b>{c.trainable_params:,}</b> parameters "
             f"(<b>{100 * c.trainable_fraction:.2f}%</b>): {', '.join(c.trainable)}"
         )
-        update_figure_widget(
-            self.plot,
-            drift_heatmaps(self.table, [c.metric], title=f"{c.strategy} selection by {c.metric}", selected=c.trainable),
-        )
+        update_figure_widget(self.plot, self.figure())
         return c
+
+    def figure(self) -> go.Figure:
+        """The current card's selection on the layer x kind plane, coloured by the scores it ranked by."""
+        if self.card is None:
+            raise ProfileError(
+                "no valid profile is selected", "change the controls until the builder shows a selection"
+            )
+        scores = card_scores(self.card)
+        ranked = [row["score"] for row in self.card.ranking]  # best first
+        first = "highest" if ranked[0] >= ranked[-1] else "lowest"
+        return drift_heatmaps(
+            self.table.assign(**{str(scores.name): self.table["pid"].map(scores)}),
+            [str(scores.name)],
+            title=f"{self.card.strategy} selection: the {first} {scores.name} first (picks outlined)",
+            selected=self.card.trainable,
+        )
 
     def save(self, stem: str | None = None) -> list[Path]:
         """Write ``<stem>.json``, ``<stem>.md`` and ``<stem>.spectrum.yaml`` for the current card."""
         if self.card is None:
-            raise ProfileError("no valid profile is selected", "change the budget until the builder shows a selection")
+            raise ProfileError(
+                "no valid profile is selected", "change the controls until the builder shows a selection"
+            )
         budget = f"{self.percent.value:g}pct" if self.mode.value == "percent" else f"{self.count.value}m"
         recipe = "" if self.recipe.value == "default" else f"-{self.recipe.value}"
         stem = stem or f"{self.prior_task}-{self.card.strategy}-{budget}{recipe}"
@@ -377,3 +483,10 @@ class ProfileBuilder(w.VBox):
         yaml_path = atomic.write_text(self.out_dir / f"{stem}.spectrum.yaml", self.card.to_spectrum_yaml())
         self.status.value += f"<br>saved {card_path}"
         return [card_path, card_path.with_suffix(".md"), yaml_path]
+
+    def _save_clicked(self, _button: object) -> None:
+        """The Save button: write the card, or show why not in the error label."""
+        try:
+            self.save()
+        except Exception as exc:  # shown in the widget: a click handler's exception would be lost in the kernel log
+            self.error.value = error_html(exc)
