@@ -126,7 +126,7 @@ def _duplicate_row(folder: Path) -> None:
 @pytest.mark.parametrize(
     "damage, named, problem",
     [
-        (lambda f: _truncate(_card_run(f)), "results.json", "is missing or damaged"),
+        (lambda f: _truncate(_card_run(f)), "results.json", "is not valid JSON"),
         (lambda f: _card_run(f).write_text("{}"), "results.json", "is not a fine-tune's results"),
         (lambda f: _truncate(f / "preset.json"), "preset.json", "is not valid JSON"),
         (lambda f: (f / "preset.json").write_text("[]"), "preset.json", "holds a JSON list"),

@@ -135,7 +135,7 @@ def test_card_validation_errors(setup, tmp_path):
         ProfileCard.from_dict({**data, "trainable": [*data["trainable"], "L0.q"], "frozen": data["frozen"]})
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(ProfileError, match="not valid UTF-8 JSON"):
+    with pytest.raises(ProfileError, match="not valid JSON"):
         ProfileCard.load(bad)
     with pytest.raises(InputFileError, match="does not exist"):
         ProfileCard.load(tmp_path / "missing.json")

@@ -75,16 +75,16 @@ def test_recipes_are_named_recorded_and_keep_old_cache_keys():
 def test_the_subsample_setting_keeps_every_earlier_cache_key():
     # digests of DriftCache row keys and diagram keys computed by the code before `subsample` existed: tables and
     # diagrams cached then stay valid
-    from topotuner_lab.drift.cache import _digest
+    from topotuner_lab._io.json_files import json_digest
     from topotuner_lab.drift.settings import CACHE_VERSION
 
     cache, a, b = DriftCache(None), "0" * 32, "1" * 32
     assert cache.row_key(a, b, DriftSettings()) == "2cadaf677617f14944ca3cada4cff03d"
     assert cache.row_key(a, b, DriftSettings.recipe("reference")) == "60f3eb5cbb8fb6fc5eedd58c2661fc8e"
     assert cache.row_key(a, b, DriftSettings(metric="cosine", n_perm=64, seed=3)) == "5c6ff6a3fcb3385fde526b4e0e0a7f7a"
-    assert _digest([a, DriftSettings().persistence().key(), CACHE_VERSION]) == "add69d9ebf8ea983971e4c8fcfc1f484"
+    assert json_digest([a, DriftSettings().persistence().key(), CACHE_VERSION]) == "add69d9ebf8ea983971e4c8fcfc1f484"
     reference = DriftSettings.recipe("reference").persistence()
-    assert _digest([a, reference.key(), CACHE_VERSION]) == "f105d8f1a1acf64aaecff1adef37152f"
+    assert json_digest([a, reference.key(), CACHE_VERSION]) == "f105d8f1a1acf64aaecff1adef37152f"
     assert "subsample" not in DriftSettings().key()
     chosen = DriftSettings(maxdim=1, metric="cosine", subsample=COSINE_H1_SUBSAMPLE)
     assert chosen.key()["subsample"] == COSINE_H1_SUBSAMPLE and chosen.persistence().subsample == COSINE_H1_SUBSAMPLE

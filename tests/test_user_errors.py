@@ -351,7 +351,7 @@ BAD_CARDS = [
         id="score-as-text",
     ),
     pytest.param(lambda card: b"[" * 100_000 + b"]" * 100_000, ("card", "How to fix"), id="deep-nesting"),
-    pytest.param(lambda card: b"\xff\xfe{", ("not valid UTF-8 JSON",), id="invalid-utf8"),
+    pytest.param(lambda card: b"\xff\xfe{", ("not valid JSON (UnicodeDecodeError",), id="invalid-utf8"),
 ]
 
 

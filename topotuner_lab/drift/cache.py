@@ -6,7 +6,6 @@ Every entry stores its own key and a checksum of its content; an entry that does
 from __future__ import annotations
 
 import hashlib
-import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,8 @@ import numpy as np
 
 from topotuner_lab._io import atomic
 from topotuner_lab._io.config import is_int
-from topotuner_lab._io.errors import ParameterError
+from topotuner_lab._io.errors import InputFileError, ParameterError
+from topotuner_lab._io.json_files import json_digest, read_json
 from topotuner_lab._io.paths import cache_dir
 from topotuner_lab.drift.settings import CACHE_VERSION, DriftSettings
 from topotuner_lab.topology.persistence import Diagrams, PersistenceSettings, diagrams
@@ -25,10 +25,6 @@ from topotuner_lab.topology.persistence import Diagrams, PersistenceSettings, di
 def is_number(value: Any) -> bool:
     """An int or float, not a bool (what a cached row may hold)."""
     return is_int(value) or isinstance(value, float)
-
-
-def _digest(obj: Any) -> str:
-    return hashlib.blake2b(json.dumps(obj, sort_keys=True).encode(), digest_size=16).hexdigest()
 
 
 def _arrays_digest(arrays: list[np.ndarray]) -> str:
@@ -83,7 +79,7 @@ class DriftCache:
 
     def diagrams(self, mhash: str, settings: PersistenceSettings, matrix: np.ndarray) -> Diagrams:
         """Diagrams of ``matrix`` (hash ``mhash``), from a verified cache entry or computed and stored."""
-        key = _digest([mhash, settings.key(), CACHE_VERSION])
+        key = json_digest([mhash, settings.key(), CACHE_VERSION])
         path = self._path("diagrams", key, ".npz")
         if path is not None and path.is_file():
             cached = self._read_diagrams(path, key, settings.maxdim)
@@ -100,7 +96,7 @@ class DriftCache:
 
     def row_key(self, hash_a: str, hash_b: str, settings: DriftSettings) -> str:
         """The cache key of a pair's values: both matrices' hashes and the settings."""
-        return _digest([hash_a, hash_b, settings.key()])
+        return json_digest([hash_a, hash_b, settings.key()])
 
     def get_row(self, key: str, columns: list[str] | None = None) -> dict[str, Any] | None:
         """The values of a finished pair, or None when absent or not verified (then it is recomputed)."""
@@ -108,13 +104,13 @@ class DriftCache:
         if path is None or not path.is_file():
             return None
         try:
-            entry = json.loads(path.read_bytes().decode("utf-8"))
-        except (ValueError, OSError, RecursionError):
+            entry = read_json(path, "drift cache row", "it is recomputed")
+        except InputFileError:
             return None
-        if not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("values"), dict):
+        if entry.get("key") != key or not isinstance(entry.get("values"), dict):
             return None
         values = entry["values"]
-        if entry.get("checksum") != _digest(values) or not all(is_number(v) for v in values.values()):
+        if entry.get("checksum") != json_digest(values) or not all(is_number(v) for v in values.values()):
             return None
         if columns is not None and not set(columns) <= set(values):
             return None
@@ -124,4 +120,4 @@ class DriftCache:
         """Store a finished pair's values under ``key``, with their checksum (nothing without a cache folder)."""
         path = self._path("rows", key, ".json")
         if path is not None:
-            atomic.write_json(path, {"key": key, "checksum": _digest(values), "values": values})
+            atomic.write_json(path, {"key": key, "checksum": json_digest(values), "values": values})

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from topotuner_lab._io import atomic
+from topotuner_lab._io.json_files import read_json
 from topotuner_lab.drift import columns
 from topotuner_lab.drift.noise import NoiseCheck, noise_check
 from topotuner_lab.drift.settings import RECIPES, DriftSettings
@@ -32,7 +33,6 @@ from topotuner_lab.study.workspace import (
 )
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.results import RunResults, load_results
-from topotuner_lab.weights.checkpoint import read_json
 from topotuner_lab.weights.models import LoadedModel, load_model
 from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
@@ -274,13 +274,14 @@ def train_methods(
 
 #: the file naming the rate a tuned method chose (beside its ``lr-<rate>`` runs)
 CHOSEN = "chosen.json"
+_REDO_CHOSEN = "run the comparison again with the same rates: it rewrites the file and reuses the finished runs"
 
 
 def rate_sweeps(work_dir: str | Path, task: str) -> pd.DataFrame:
     """Every rate each method ran on ``task`` (notebook 5's sweep): validation log-loss and accuracy, test score."""
     rows = []
     for folder in sorted(WorkDir(work_dir).compare_folder(task).glob("*")):
-        chosen = read_json(folder / CHOSEN, "chosen rate record") if (folder / CHOSEN).is_file() else None
+        chosen = read_json(folder / CHOSEN, "chosen rate record", _REDO_CHOSEN) if (folder / CHOSEN).is_file() else None
         for run in sorted(folder.glob("lr-*/results.json")):
             res = load_results(run)
             rows.append(
@@ -300,7 +301,7 @@ def method_run(work_dir: str | Path, task: str, method: str = "profile") -> RunR
     """The results of one run of notebook 5's comparison (its chosen rate when tuned; a clear error if not run)."""
     folder = WorkDir(work_dir).compare_run(task, method)
     if (folder / CHOSEN).is_file():
-        folder = folder / str(read_json(folder / CHOSEN, "chosen rate record")["run"])
+        folder = folder / str(read_json(folder / CHOSEN, "chosen rate record", _REDO_CHOSEN)["run"])
     return load_results(folder / "results.json")
 
 

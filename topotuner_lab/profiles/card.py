@@ -9,7 +9,6 @@ can always be loaded. Files of an older schema are read through :data:`MIGRATION
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -22,6 +21,7 @@ import numpy as np
 from topotuner_lab._io import atomic
 from topotuner_lab._io.config import NON_NEGATIVE_INT, REQUIRED, Check, Config, is_int, is_real, opt, optional
 from topotuner_lab._io.errors import InputFileError, ProfileError, TopoTunerError
+from topotuner_lab._io.json_files import read_json
 from topotuner_lab.drift.settings import RECIPES, DriftSettings
 from topotuner_lab.drift.signals import ELTWISE_COLUMN
 from topotuner_lab.drift.tables import AGGREGATIONS
@@ -259,7 +259,7 @@ class ProfileCard(Config):
         path = Path(path)
         if path.is_file() and path.with_suffix(".md").is_file():
             try:
-                data = ProfileCard._read_json(path)
+                data = _card_json(path)
                 same = replace(ProfileCard.from_dict(data, str(path)), created=self.created) == self
                 same = same and data.get("schema_version") == self.schema_version  # from_dict checked it is a dict
             except TopoTunerError:  # unreadable or invalid: written afresh
@@ -289,17 +289,7 @@ class ProfileCard(Config):
             raise InputFileError(
                 f"profile card {path} does not exist", "build one with `topotuner-lab profile DRIFT_TABLE ...`"
             )
-        return cls.from_dict(cls._read_json(path), str(path))
-
-    @staticmethod
-    def _read_json(path: Path) -> Any:
-        """A card file's parsed JSON, unchecked; a file that is not UTF-8 JSON raises :class:`ProfileError`."""
-        try:
-            return json.loads(path.read_bytes().decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise ProfileError(
-                f"profile card {path} is not valid UTF-8 JSON ({exc.__class__.__name__}: {str(exc)[:100]})", REBUILD
-            ) from exc
+        return cls.from_dict(_card_json(path), str(path))
 
     # --- views (see :mod:`topotuner_lab.profiles.views`) -----------------------------------
     def to_markdown(self) -> str:
@@ -313,6 +303,11 @@ class ProfileCard(Config):
         from topotuner_lab.profiles.views import spectrum_yaml
 
         return spectrum_yaml(self, model)
+
+
+def _card_json(path: Path) -> Any:
+    """A card file's parsed JSON, unchecked; a file that is not UTF-8 JSON raises :class:`ProfileError`."""
+    return read_json(path, "profile card", REBUILD, kind=object, error=ProfileError)
 
 
 def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:

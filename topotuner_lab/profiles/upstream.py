@@ -25,13 +25,13 @@ its weight check on, so pass ``check=False`` to apply one to the real checkpoint
 from __future__ import annotations
 
 import ast
-import json
 import re
 from functools import cache
 from importlib import resources
 from typing import Any, Literal, get_args
 
 from topotuner_lab._io.errors import ProfileError
+from topotuner_lab._io.json_files import read_json
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import param_counts
 from topotuner_lab.weights.projections import KINDS, expected_shape
@@ -53,8 +53,8 @@ _MEASURE = {"wasserstein": "H0 Wasserstein drift", "norm": "relative Frobenius c
 @cache
 def upstream_data() -> dict[str, Any]:
     """The stored data file: the verbatim sources (path, commit, text) and each model's config shape."""
-    text = resources.files("topotuner_lab.profiles").joinpath(DATA_FILE).read_text(encoding="utf-8")
-    data: dict[str, Any] = json.loads(text)
+    path = resources.files("topotuner_lab.profiles").joinpath(DATA_FILE)
+    data: dict[str, Any] = read_json(path, "upstream orderings file", "reinstall topotuner-lab (its data files)")
     return data
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -30,7 +29,8 @@ import pandas as pd
 
 from topotuner_lab._io import atomic
 from topotuner_lab._io.config import POSITIVE_INT
-from topotuner_lab._io.errors import ParameterError, TopoTunerError
+from topotuner_lab._io.errors import InputFileError, ParameterError, TopoTunerError
+from topotuner_lab._io.json_files import read_json
 from topotuner_lab.drift.noise import noise_check
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.drift.signals import SIGNALS, with_relchange, with_signals
@@ -65,7 +65,6 @@ from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.machine import machine
 from topotuner_lab.training.results import RunResults
 from topotuner_lab.training.transfer import TransferCheckSettings, transfer_check, with_gradient_signal
-from topotuner_lab.weights.checkpoint import read_json
 from topotuner_lab.weights.models import PACKAGED_MODELS, LoadedModel, embedded_gguf_path, load_model
 from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
@@ -432,15 +431,12 @@ def check_same_preset(preset: Preset, work: WorkDir, log: Log) -> dict[str, Any]
     where there is none). A damaged ``preset.json`` (not a JSON object) is rewritten, as every other damaged file is
     recomputed: each step verifies its own inputs.
     """
+    if not work.preset.exists():
+        return {}
     try:
-        recorded = json.loads(work.preset.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError, RecursionError) as exc:
-        log(f"rewrite (unreadable): {work.preset} ({exc.__class__.__name__})")
-        return {}
-    if not isinstance(recorded, dict):
-        log(f"rewrite (unreadable): {work.preset} (not a JSON object)")
+        recorded = read_json(work.preset, "preset", "it is rewritten")
+    except InputFileError as exc:
+        log(f"rewrite (unreadable): {exc.problem}")
         return {}
     fix = (
         f"give this comparison its own folder with -o (the default is runs/reproduce-PRESET), or delete {work.root} "
@@ -543,7 +539,7 @@ def _transfer_checks(preset: Preset, cards: Cards, loaded: LoadedModel, work: Wo
             path = work.transfer_check(prior, target, budget)
             record = reuse_or_compute(
                 path,
-                lambda p: read_json(p, "transfer check record"),
+                lambda p: read_json(p, "transfer check record", "it is recomputed"),
                 functools.partial(_transfer_record, card, loaded, target, settings, path),
                 valid=functools.partial(_made_from_same, made_from),
                 log=log,

@@ -22,10 +22,12 @@ from typing import Any
 import numpy as np
 
 from topotuner_lab._io.errors import InputFileError, ModelLoadError
-from topotuner_lab.weights.checkpoint import FLOAT_DTYPES, Checkpoint, read_json
+from topotuner_lab._io.json_files import read_json
+from topotuner_lab.weights.checkpoint import FLOAT_DTYPES, Checkpoint
 from topotuner_lab.weights.projections import language_model_matches
 
 ADAPTER_CONFIG = "adapter_config.json"
+_RESAVE_ADAPTER = "re-save the adapter with save_pretrained (or download it again)"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 _PREFIX = "base_model.model."
 _LORA_PART = re.compile(r"\.(lora_[A-Za-z_]+(?:\.weight|\.bias)?)$")
@@ -58,7 +60,7 @@ def needs_base_error(folder: Path) -> ModelLoadError:
     """The error for an adapter given without its base model, naming the base its config records."""
     recorded = None
     try:
-        recorded = read_json(folder / ADAPTER_CONFIG, "adapter config").get("base_model_name_or_path")
+        recorded = read_json(folder / ADAPTER_CONFIG, "adapter config", _RESAVE_ADAPTER).get("base_model_name_or_path")
     except InputFileError:
         pass
     hint = f" (its config names {recorded!r})" if isinstance(recorded, str) and recorded else ""
@@ -147,7 +149,7 @@ class LoraAdapter:
         from peft import LoraConfig
 
         self.folder, self.base = folder, base
-        raw = read_json(folder / ADAPTER_CONFIG, "adapter config")
+        raw = read_json(folder / ADAPTER_CONFIG, "adapter config", _RESAVE_ADAPTER)
         _check_config(raw, folder / ADAPTER_CONFIG)
         try:
             with warnings.catch_warnings():

@@ -8,7 +8,6 @@ any other dtype (int8, bool, float8 without scales) is refused rather than read 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from topotuner_lab._io.errors import InputFileError, ModelLoadError
+from topotuner_lab._io.json_files import read_json
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -25,20 +25,6 @@ FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
 FP8_DTYPES = frozenset({"F8_E4M3", "F8_E5M2"})
 _RESAVE = "re-save the model with save_pretrained (or re-download the checkpoint)"
 _SHARD = re.compile(r"^(.*)-\d+-of-(\d+)\.safetensors$")  # save_pretrained's shard names
-
-
-def read_json(path: Path, what: str, kind: type = dict) -> Any:
-    """A JSON file that must hold a ``kind`` (dict or list): a clear error if it is unreadable or of another form."""
-    try:
-        value = json.loads(path.read_bytes())
-    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-        raise InputFileError(f"{what} {path} is not valid JSON ({exc})", _RESAVE) from exc
-    if not isinstance(value, kind):
-        raise InputFileError(
-            f"{what} {path} holds a JSON {type(value).__name__}, not a JSON {'object' if kind is dict else 'list'}",
-            _RESAVE,
-        )
-    return value
 
 
 def scale_name(name: str) -> str:
@@ -64,7 +50,7 @@ class Checkpoint:
             raise ModelLoadError(
                 f"{folder} is not a checkpoint folder with config.json", "point at a folder written by save_pretrained"
             )
-        config = read_json(folder / "config.json", "model config")
+        config = read_json(folder / "config.json", "model config", _RESAVE)
         if (folder / INDEX).is_file():
             weight_map = _weight_map(folder / INDEX)
             missing = sorted({s for s in weight_map.values() if not (folder / s).is_file()})
@@ -183,7 +169,7 @@ def _check_unlisted_shards(folder: Path, listed: set[str]) -> None:
 
 
 def _weight_map(index: Path) -> dict[str, str]:
-    data = read_json(index, "checkpoint index")
+    data = read_json(index, "checkpoint index", _RESAVE)
     weight_map = data.get("weight_map")
     if not isinstance(weight_map, dict) or not all(
         isinstance(k, str) and isinstance(v, str) and v for k, v in weight_map.items()

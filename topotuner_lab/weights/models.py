@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib.util
-import json
 import os
 import shutil
 import struct
@@ -24,10 +23,10 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import torch
 
 from topotuner_lab._io.atomic import atomic_path, write_json
-from topotuner_lab._io.errors import ModelLoadError
+from topotuner_lab._io.errors import InputFileError, ModelLoadError
+from topotuner_lab._io.json_files import read_json
 from topotuner_lab._io.paths import model_cache_dir
 from topotuner_lab.weights.adapters import is_adapter, needs_base_error
-from topotuner_lab.weights.checkpoint import read_json
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -258,8 +257,8 @@ def assemble_parts(alias: str) -> Path:
     made_of = [[str(path), stat.st_size, stat.st_mtime_ns] for path, stat in zip(files, stats)]
     total = sum(stat.st_size for stat in stats)
     if target.is_file() and target.stat().st_size == total and _is_gguf_header(_gguf_header(target)):
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads(record.read_text()) == made_of:
+        with contextlib.suppress(InputFileError):  # no record, or a damaged one: join the parts again
+            if read_json(record, "GGUF parts record", "join the parts again", kind=list) == made_of:
                 return target
     with atomic_path(target) as tmp:
         with open(tmp, "wb") as out:
@@ -335,7 +334,7 @@ def _load_folder(path: Path) -> tuple[PreTrainedModel, Any]:
     """A local ``save_pretrained`` folder: its config is checked first, then the tokenizer, then the model."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    read_json(path / "config.json", "model config")
+    read_json(path / "config.json", "model config", "re-save the model with save_pretrained (or re-download it)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except _LOAD_ERRORS as exc:

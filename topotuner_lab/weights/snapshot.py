@@ -21,6 +21,7 @@ import numpy as np
 from topotuner_lab._io.atomic import atomic_path
 from topotuner_lab._io.config import POSITIVE, Check, Config, opt
 from topotuner_lab._io.errors import InputFileError, SnapshotMismatchError
+from topotuner_lab._io.json_files import json_digest
 from topotuner_lab.weights.projections import (
     PID_PATTERN,
     parse_pid,
@@ -110,8 +111,7 @@ class Snapshot:
 
 def metadata_hash(meta: dict[str, str]) -> str:
     """Hash of a snapshot's metadata fields (``meta_hash`` itself excluded)."""
-    fields = {k: v for k, v in meta.items() if k != "meta_hash"}
-    return hashlib.blake2b(json.dumps(fields, sort_keys=True).encode(), digest_size=16).hexdigest()
+    return json_digest({k: v for k, v in meta.items() if k != "meta_hash"})
 
 
 def _ordered(matrices: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -21,12 +21,12 @@ import pandas as pd
 
 from topotuner_lab._io.config import Config
 from topotuner_lab._io.errors import InputFileError, TopoTunerError
+from topotuner_lab._io.json_files import read_json
 from topotuner_lab.study.plan import DEFAULT_RECIPE, RunKey, RunSpec, arms, plan, transfers
 from topotuner_lab.study.presets import PRESETS, Preset
 from topotuner_lab.study.protocol import CardKey, _run_owner, config_for, select_rate, summary_row
 from topotuner_lab.study.workspace import WorkDir, _same_config
 from topotuner_lab.training.results import RunResults, load_results
-from topotuner_lab.weights.checkpoint import read_json
 
 #: what a transfer check record holds (``study.protocol`` writes them; the report's sections read these fields)
 TRANSFER_FIELDS: tuple[str, ...] = (
@@ -64,10 +64,7 @@ def _restore(path: Path, root: Path, what: str = "it") -> str:
 
 def read_preset_record(out: WorkDir) -> dict[str, Any]:
     """``preset.json`` as the JSON object it must be."""
-    try:
-        return dict(read_json(out.preset, "preset"))
-    except InputFileError as exc:
-        raise InputFileError(exc.problem, _restore(out.preset, out.root)) from exc
+    return dict(read_json(out.preset, "preset", _restore(out.preset, out.root)))
 
 
 def read_results_table(out: WorkDir) -> pd.DataFrame:
@@ -288,10 +285,7 @@ def transfer_records(out: WorkDir, preset: Preset) -> list[dict[str, Any]]:
     records = []
     for path in sorted(out.transfer_checks()):
         fix = _restore(path, out.root, "the transfer check")
-        try:
-            record = dict(read_json(path, "transfer check record"))
-        except InputFileError as exc:
-            raise InputFileError(exc.problem, fix) from exc
+        record = dict(read_json(path, "transfer check record", fix))
         missing = [name for name in TRANSFER_FIELDS if name not in record]
         if missing:
             raise InputFileError(f"transfer check record {path} lacks field(s) {missing}", fix)
