@@ -241,7 +241,7 @@ BAD = [
         "output_type='loglikelihood' is not one of multiple_choice, generate_until",
     ),
     ("typo", lambda s: s + "doc_to_txt: x\n", "unknown field 'doc_to_txt'"),
-    ("lm-eval-only", lambda s: s + "num_fewshot: 5\n", "num_fewshot is not supported"),
+    ("lm-eval-only", lambda s: s + "fewshot_config: {sampler: first_n}\n", "fewshot_config is not supported"),
     ("yes-no-unquoted", lambda s: s.replace("[bad, good]", "[no, yes]"), "doc_to_choice=(False, True)"),
     ("no-choices", lambda s: s.replace("doc_to_choice: [bad, good]\n", ""), "needs doc_to_choice"),
     ("jinja-syntax", lambda s: s.replace("{{ review | trim }}", "{{ review }"), "doc_to_text is not a valid Jinja2"),

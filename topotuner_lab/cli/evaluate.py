@@ -19,7 +19,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
         )
     if args.base is not None and args.run is None:
         raise ParameterError("--base applies to a run folder only", "give RUN_FOLDER, or --model for a model")
-    for flag, value, least in (("--n-test", args.n_test, 1), ("--max-length", args.max_length, 2)):
+    for flag, value, least in (
+        ("--n-test", args.n_test, 1),
+        ("--max-length", args.max_length, 2),
+        ("--num-fewshot", args.num_fewshot, 0),
+    ):
         if value is not None and value < least:
             raise ParameterError(f"{flag} {value} is below {least}", f"give {flag} {least} or more")
     check_output_dir(args.output, "evaluation folder")
@@ -37,14 +41,16 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
         n_test=args.n_test,
         max_length=args.max_length,
         data_source=args.data_source,
+        num_fewshot=args.num_fewshot,
         output_dir=args.output,
         confirm_run_unsafe_code=args.confirm_run_unsafe_code,
     )
     scored = ", ".join(
         f"{name} {m['mean']:.3f} [{m['low']:.3f}, {m['high']:.3f}]" for name, m in res["metrics"].items()
     )
+    shots = f", {res['num_fewshot']}-shot" if res["num_fewshot"] else ""
     print(
-        f"{res['task']} on {res['model']['name']} ({res['source']}, {res['n_test']} test rows): {scored} "
+        f"{res['task']} on {res['model']['name']} ({res['source']}, {res['n_test']} test rows{shots}): {scored} "
         f"({res['level']:.0%} bootstrap intervals over examples); evaluation in {args.output}/{EVALUATION}, "
         f"predictions in {args.output}/{PREDICTIONS}"
     )
@@ -73,6 +79,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--base", default=None, help="a run's base model, where its results name one not loadable here")
     ev.add_argument("--n-test", type=int, default=None, help="test examples drawn (default: the run's, else 128)")
     ev.add_argument("--max-length", type=int, default=None, help="tokens a prompt keeps (default: the run's, else 64)")
+    ev.add_argument(
+        "--num-fewshot",
+        type=int,
+        default=None,
+        help="solved examples of the task's fewshot_split (default train) before each prompt, drawn with a fixed "
+        "seed (default: the run's, else the task spec's num_fewshot, 0 unless it says)",
+    )
     ev.add_argument("--data-source", default=None, help=fields["data_source"].metadata["help"])
     ev.add_argument(
         "--confirm-run-unsafe-code", action="store_true", help=fields["confirm_run_unsafe_code"].metadata["help"]

@@ -23,7 +23,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from topotuner_lab._io.config import POSITIVE_INT, REQUIRED, Check, Config, is_int, is_real, opt, optional, shown
+from topotuner_lab._io.config import (
+    NON_NEGATIVE_INT,
+    POSITIVE_INT,
+    REQUIRED,
+    Check,
+    Config,
+    is_int,
+    is_real,
+    opt,
+    optional,
+    shown,
+)
 from topotuner_lab._io.errors import TaskError
 from topotuner_lab._io.yaml_files import read_yaml
 from topotuner_lab.tasks.carve import carve
@@ -93,11 +104,8 @@ _UNSUPPORTED = (
     "description",
     "doc_to_decontamination_query",
     "fewshot_config",
-    "fewshot_delimiter",
-    "fewshot_split",
     "filter_list",
     "group",
-    "num_fewshot",
     "process_docs",
     "process_results",
     "repeats",
@@ -174,6 +182,16 @@ class TaskSpec(Config):
         check=_CHOICES,
     )
     target_delimiter: str = opt(" ", "put between the prompt and the target or choice word", check=_STRING)
+    num_fewshot: int = opt(
+        0,
+        "few-shot examples put before each scored prompt (test, validation, forgetting battery; training rows stay "
+        "zero-shot), each a row of fewshot_split as prompt, target and fewshot_delimiter; 0: zero-shot",
+        check=NON_NEGATIVE_INT,
+    )
+    fewshot_split: str | None = opt(
+        None, "the split few-shot examples are drawn from (default: train)", check=optional(_TEXT)
+    )
+    fewshot_delimiter: str = opt("\n\n", "put after each few-shot example", check=_STRING)
     data_files: dict[str, str] = opt(
         {}, "the local data file of each split: {train: ..., validation: ..., test: ...}", check=_FILES
     )
@@ -262,6 +280,10 @@ class TaskSpec(Config):
             for name in names:
                 if getattr(self, name) and self.output_type != owner:
                     self.fail(f"{name} is for {owner}, and output_type is {self.output_type}", f"remove {name}")
+        if self.fewshot_split is not None:
+            self._check_split("fewshot_split", self.fewshot_split)
+        if self.num_fewshot and self.output_type == "ranking":
+            self.fail("num_fewshot is for multiple_choice and generate_until, not ranking", "remove num_fewshot")
         if self.train_task is not None and self.train_task == self.task:
             self.fail(f"train_task names the task itself ({self.task!r})", "remove train_task, or name another task")
         self._check_split_filter()

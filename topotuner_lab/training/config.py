@@ -96,6 +96,13 @@ class FinetuneConfig(Config):
     )
     batch_size: int = opt(8, "training batch size", check=POSITIVE_INT)
     max_length: int = opt(64, "tokens per example (prompt + target)", check=POSITIVE_INT)
+    num_fewshot: int | None = opt(
+        None,
+        "few-shot examples (the task's fewshot_split, default train, drawn with a fixed seed) before each scored "
+        "prompt: test, validation and the forgetting battery; training rows stay zero-shot (None: each task "
+        "spec's num_fewshot, 0 unless it says)",
+        check=optional(NON_NEGATIVE_INT),
+    )
     learning_rate: float | None = opt(
         None,
         "peak learning rate; default per method (DEFAULT_LR, untuned): "

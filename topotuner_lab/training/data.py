@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from topotuner_lab._io.errors import ParameterError, TaskError
+from topotuner_lab.tasks.fewshot import with_fewshot
 from topotuner_lab.tasks.specs import TaskSpec, get_task, has_validation_split, load_task, training_spec
 from topotuner_lab.training.config import FinetuneConfig
 
@@ -52,6 +53,9 @@ def load_run_data(cfg: FinetuneConfig) -> RunData:
 
     Validation comes from the task's own validation split where it has one locally (the same rows for every seed and
     method, filtered to look like the test rows: SST-2's whole sentences); else it is carved from the training draw.
+    Scored rows (validation, test, the battery) get few-shot examples
+    (:func:`~topotuner_lab.tasks.fewshot.with_fewshot`: ``cfg.num_fewshot``, else each task's spec); training rows
+    stay zero-shot.
     """
     if cfg.n_val and has_validation_split(cfg.task, cfg.data_source):
         val = load_task(cfg.task, "validation", cfg.n_val, EVAL_SEED, cfg.data_source)
@@ -72,6 +76,11 @@ def load_run_data(cfg: FinetuneConfig) -> RunData:
     tasks = ood_battery(cfg.task, cfg.ood_tasks)
     # n_ood / n_ppl 0 switch the forgetting battery / the perplexity probe off: nothing is drawn
     battery = {task: load_task(task, "test", cfg.n_ood, EVAL_SEED, cfg.data_source) for task in tasks if cfg.n_ood}
+    source = cfg.data_source  # validation rows are the training task's, given the task's count of examples
+    shots = get_task(cfg.task).num_fewshot if cfg.num_fewshot is None else cfg.num_fewshot
+    val = with_fewshot(val, training_spec(cfg.task), shots, source)
+    test = with_fewshot(test, cfg.task, shots, source)
+    battery = {task: with_fewshot(rows, task, cfg.num_fewshot, source) for task, rows in battery.items()}
     general = load_task(PPL_TASK, "test", cfg.n_ppl, EVAL_SEED, cfg.data_source) if cfg.n_ppl else None
     general_text = [p + t for p, t in zip(general["prompt"], general["target"])] if general is not None else []
     return RunData(train, val, test, tasks[0], battery.get(tasks[0]), general_text, val_source, battery)

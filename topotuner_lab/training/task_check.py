@@ -3,7 +3,8 @@
 :func:`check_task` reads each split of a task as a fine-tune reads it (:func:`~topotuner_lab.tasks.specs.load_task`)
 and measures it with the model's tokenizer alone (no weights are loaded): rows per split, label balance and the
 majority baseline (classification), answer lengths (generation), prompt token percentiles and the share of prompts that
-``max_length`` cuts, by the rules training and scoring apply (:func:`~topotuner_lab.training.evaluation.encode`).
+``max_length`` cuts, by the rules training and scoring apply (:func:`~topotuner_lab.training.evaluation.encode`),
+with the task's few-shot examples before the scored prompts too (:mod:`~topotuner_lab.tasks.fewshot`).
 It lives on the training floor because those rules do.
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from topotuner_lab._io.errors import ModelLoadError, TaskError
 from topotuner_lab._io.paths import model_cache_dir
+from topotuner_lab.tasks.fewshot import fewshot_count, with_fewshot
 from topotuner_lab.tasks.specs import get_task, has_validation_split, load_task, training_spec
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import chat_framed
@@ -100,6 +102,8 @@ class SplitCheck:
     target_words: Lengths | None
     over_max_gen_toks: float | None
     sample: tuple[str, str]
+    #: scored splits with few-shot examples: the share of the counted prompts ``max_length`` cuts with them before
+    fewshot_cut: float | None = None
 
     @property
     def majority(self) -> tuple[str, float] | None:
@@ -124,6 +128,8 @@ class TaskCheck:
     rows: int | None
     splits: tuple[SplitCheck, ...]
     problems: tuple[str, ...] = field(default=())
+    #: few-shot examples before each scored (validation, test) prompt
+    num_fewshot: int = 0
 
     def text(self) -> str:
         """The check as lines of text (what ``topotuner-lab check-task`` prints)."""
@@ -148,6 +154,12 @@ class TaskCheck:
                 f"--max-length {self.max_length} cuts {s.prompts_cut:.1%} of prompts (from the left)"
                 + (f" and {s.targets_cut:.1%} of targets" if s.targets_cut else "")
             )
+            if s.fewshot_cut is not None:
+                pushed = round((s.fewshot_cut - s.prompts_cut) * s.token_rows)
+                lines.append(
+                    f"  with {self.num_fewshot} few-shot examples: --max-length {self.max_length} cuts "
+                    f"{s.fewshot_cut:.1%} of prompts ({pushed:,} of {s.token_rows:,} pushed past it by the examples)"
+                )
         if self.splits:
             first = self.splits[0]
             lines += [f"sample ({first.split}, first row):", f"  prompt: {_shown(first.sample[0])}"]
@@ -190,17 +202,31 @@ def _cut_shares(
 
 
 def _check_split(
-    spec: Any, task: str, split: str, tokenizer: Any, max_length: int, source: str | None, rows: int | None
+    spec: Any,
+    task: str,
+    split: str,
+    tokenizer: Any,
+    max_length: int,
+    source: str | None,
+    rows: int | None,
+    shots: int = 0,
 ) -> SplitCheck:
-    """One split's figures; a problem the loader or the chat template raises is a :class:`TaskError`."""
+    """One split's figures, ``shots`` few-shot examples before a scored prompt.
+
+    A problem the loader, the few-shot draw or the chat template raises is a :class:`TaskError`.
+    """
     ds = load_task(spec, split, rows, 0, source)
     framed_by = task if split == "test" else training_spec(spec)
-    counted = ds if len(ds) <= TOKEN_ROWS else ds.shuffle(seed=0).select(range(TOKEN_ROWS))
-    counted = chat_framed(counted, framed_by, tokenizer)
+    drawn = ds if len(ds) <= TOKEN_ROWS else ds.shuffle(seed=0).select(range(TOKEN_ROWS))
+    counted = chat_framed(drawn, framed_by, tokenizer)
     generation = spec.kind == "generation"
     prompt_counts, target_counts, prompts_cut, targets_cut = _cut_shares(
         tokenizer, counted, split, generation, max_length
     )
+    fewshot_cut = None
+    if shots and split != "train":  # training rows stay zero-shot
+        framed = chat_framed(with_fewshot(drawn, framed_by, shots, source), framed_by, tokenizer)
+        fewshot_cut = _cut_shares(tokenizer, framed, split, generation, max_length)[2]
     labels: dict[str, int] = {}
     if spec.kind == "classification":
         words = spec.doc_to_choice if isinstance(spec.doc_to_choice, tuple) else ()
@@ -220,6 +246,7 @@ def _check_split(
         target_words=Lengths.of(words_per_target) if words_per_target else None,
         over_max_gen_toks=float(np.mean([n > spec.max_gen_toks for n in target_counts])) if generation else None,
         sample=(ds[0]["prompt"], ds[0]["target"]),
+        fewshot_cut=fewshot_cut,
     )
 
 
@@ -230,6 +257,7 @@ def check_task(
     max_length: int = DEFAULT_MAX_LENGTH,
     source: str | None = None,
     rows: int | None = None,
+    num_fewshot: int | None = None,
 ) -> TaskCheck:
     """Check ``task`` (a built-in name or a spec file) as a fine-tune would read it, without loading a model.
 
@@ -240,17 +268,20 @@ def check_task(
     max_length : tokens per example, as ``FinetuneConfig.max_length``.
     source : where rows come from, as ``FinetuneConfig.data_source`` (None: the offline copies).
     rows : rows read per split, drawn at random with seed 0 (None: all of them, exact counts).
+    num_fewshot : few-shot examples before each scored prompt, as ``FinetuneConfig.num_fewshot`` (None: the spec's);
+        the validation and test splits then also report the share of prompts ``max_length`` cuts with them.
 
     Returns
     -------
     :class:`TaskCheck`: the splits that loaded, and one line per problem of those that did not (``problems``).
     """
     spec = get_task(task)
+    shots = fewshot_count(spec, num_fewshot)
     tokenizer = load_tokenizer(model)
     checked, problems = [], []
     for split in _splits(spec, source):
         try:
-            checked.append(_check_split(spec, str(task), split, tokenizer, max_length, source, rows))
+            checked.append(_check_split(spec, str(task), split, tokenizer, max_length, source, rows, shots))
         except TaskError as exc:
             problems.append(f"{split}: {exc.problem} (how to fix: {exc.fix})")
     return TaskCheck(
@@ -263,4 +294,5 @@ def check_task(
         rows=rows,
         splits=tuple(checked),
         problems=tuple(problems),
+        num_fewshot=shots,
     )
