@@ -7,7 +7,8 @@ row's own options, ``generate_until`` by greedy generation). The built-in tasks 
 ``tasks/builtin/`` (:data:`TASKS`); any other task is a spec file given by its path (:func:`get_task`). Every field
 is validated when a spec is read: a bad spec is one :class:`TaskError` line naming the field and the fix.
 
-Local copies are looked up in ``$TOPOTUNER_DATA`` or the ``shared/data`` folder beside the project.
+Local copies are looked up in ``$TOPOTUNER_DATA`` or the ``shared/data`` folder beside the project; where a task's
+copy is absent there and its spec names a hub dataset, the hub is read instead, with a warning (:mod:`.hub`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from topotuner_lab._io.errors import TaskError
 from topotuner_lab._io.yaml_files import read_yaml
 from topotuner_lab.tasks.carve import carve
 from topotuner_lab.tasks.datafiles import FORMATS, file_format, read_data_file
+from topotuner_lab.tasks.hub import hub_where, read_hub
 from topotuner_lab.tasks.templates import (
     evaluate,
     expression_error,
@@ -57,6 +59,7 @@ __all__ = [
     "VALIDATION_FILTERS",
     "TaskSpec",
     "data_dir",
+    "data_source_of",
     "final_number",
     "get_task",
     "has_validation_split",
@@ -657,9 +660,15 @@ def training_spec(name: str | os.PathLike[str] | TaskSpec) -> TaskSpec:
 def has_validation_split(name: str | os.PathLike[str] | TaskSpec, source: str | os.PathLike[str] | None = None) -> bool:
     """Whether ``name`` has a validation split of its own, apart from train and test, in local data.
 
-    On the hub SST-2's "validation" is the test set here, so it does not count.
+    On the hub SST-2's "validation" is the test set here, so it does not count (nor where the hub stands in for an
+    absent offline copy).
     """
-    return source != "hub" and "validation" in training_spec(name).data_files
+    spec = training_spec(name)
+    return (
+        source != "hub"
+        and "validation" in spec.data_files
+        and not (source is None and _hub_stands_in(spec, "validation"))
+    )
 
 
 def data_dir() -> Path:
@@ -687,24 +696,54 @@ def final_number(answer: str) -> str | None:
 # ------------------------------------------------------------------------------------------------ reading rows
 
 
-def _rows(spec: TaskSpec, split: str, source: str | os.PathLike[str] | None) -> tuple[Any, str]:
-    """The raw rows of ``split`` and where they came from (for messages)."""
-    if source == "hub":
-        import datasets
+def _offline_file(spec: TaskSpec, split: str) -> tuple[Path | None, str]:
+    """The offline copy of ``split`` where it is present (else None), and where it was looked for (for messages)."""
+    rel = spec.data_files.get(split)
+    if rel is None:
+        return None, f"its spec names no local {split} file"
+    path = Path(rel).expanduser()
+    if not path.is_absolute():
+        try:
+            path = data_dir() / path
+        except TaskError:
+            return None, "TOPOTUNER_DATA is unset and no shared/data lies above the project or the current folder"
+    return (path if path.is_file() else None), f"{path} is missing"
 
-        hub_split = spec.hub_split(split)
-        if spec.dataset_path is None:
-            raise TaskError(
-                f"task {spec.task!r} has no hub copy (its spec gives no dataset_path)",
-                "add dataset_path (a hub id) to the spec, or read its local files (no source='hub')",
-            )
-        if hub_split is None:
-            have = [s for s in SPLITS if spec.hub_split(s)]
-            raise TaskError(f"task {spec.task!r} has no split {split!r}", f"use one of {have}")
-        hub = (spec.dataset_path,) if spec.dataset_name is None else (spec.dataset_path, spec.dataset_name)
-        return datasets.load_dataset(*hub, split=hub_split), f"hub {hub}"
+
+def _hub_stands_in(spec: TaskSpec, split: str) -> str:
+    """Why the offline copy of ``split`` is absent, where the spec's hub copy stands in for it; else ``""``."""
+    if spec.output_type == "ranking" or spec.dataset_path is None or spec.hub_split(split) is None:
+        return ""
+    path, looked = _offline_file(spec, split)
+    return looked if path is None else ""
+
+
+def data_source_of(
+    name: str | os.PathLike[str] | TaskSpec, split: str, source: str | os.PathLike[str] | None = None
+) -> str:
+    """Where :func:`load_task` reads ``split``'s rows from, as results record it.
+
+    ``offline PATH``; ``hub ID (NAME), split S`` (asked for, or standing in for an absent offline copy); or
+    ``folder PATH`` / ``file PATH`` (a ``source`` given).
+    """
+    spec = get_task(name) if split == "test" else training_spec(name)
+    if source == "hub" or (source is None and _hub_stands_in(spec, split)):
+        return hub_where(spec, split)
+    if source is None:
+        return f"offline {_offline_file(spec, split)[0]}"
+    return f"{'folder' if Path(source).is_dir() else 'file'} {source}"
+
+
+def _rows(spec: TaskSpec, split: str, source: str | os.PathLike[str] | None) -> tuple[Any, str]:
+    """The raw rows of ``split`` and where they came from (for messages).
+
+    Without a ``source``, the hub stands in for an absent offline copy where the spec names one (with a warning).
+    """
     if spec.output_type == "ranking" and source == "hub":
         raise TaskError(f"ranking task {spec.task!r} reads a local BEIR folder", "drop source='hub'")
+    offline = _hub_stands_in(spec, split) if source is None else ""
+    if source == "hub" or offline:
+        return read_hub(spec, split, offline)
     rel = spec.data_files.get(split)
     if source is None or Path(source).is_dir():  # a data folder: the offline copy or one laid out like it
         if rel is None:
@@ -847,7 +886,8 @@ def load_task(
     """
     spec = get_task(name) if split == "test" else training_spec(name)
     ds, where = _rows(spec, split, source)
-    spec_files = source is None or (source != "hub" and Path(source).is_dir())  # split_carve cuts those, no other
+    # split_carve cuts the spec's files (or a folder laid out like them), no other
+    spec_files = not _hub_stands_in(spec, split) if source is None else source != "hub" and Path(source).is_dir()
     ds = _filtered(spec, _carved(spec, ds, split, where) if spec_files else ds, split, where)
     _check_columns(spec, ds, where)
     needed = spec.required_fields

@@ -11,7 +11,14 @@ from typing import Any
 
 from topotuner_lab._io.errors import ParameterError, TaskError
 from topotuner_lab.tasks.fewshot import with_fewshot
-from topotuner_lab.tasks.specs import TaskSpec, get_task, has_validation_split, load_task, training_spec
+from topotuner_lab.tasks.specs import (
+    TaskSpec,
+    data_source_of,
+    get_task,
+    has_validation_split,
+    load_task,
+    training_spec,
+)
 from topotuner_lab.training.config import FinetuneConfig
 
 #: the out-of-domain task each task's forgetting is measured on; any other task (a spec file, boolq): sst2
@@ -36,6 +43,8 @@ class RunData:
     val_source: str = "none"
     #: the forgetting battery: task -> its test rows (the first is ``ood_task``'s ``ood``)
     battery: dict[str, Any] = field(default_factory=dict)
+    #: where each split was read: ``task/split`` -> an offline file or the hub (:func:`data_source_of`)
+    sources: dict[str, str] = field(default_factory=dict)
 
 
 def ood_task_for(task: str) -> str:
@@ -57,7 +66,8 @@ def load_run_data(cfg: FinetuneConfig) -> RunData:
     (:func:`~topotuner_lab.tasks.fewshot.with_fewshot`: ``cfg.num_fewshot``, else each task's spec); training rows
     stay zero-shot.
     """
-    if cfg.n_val and has_validation_split(cfg.task, cfg.data_source):
+    own_val = bool(cfg.n_val) and has_validation_split(cfg.task, cfg.data_source)
+    if own_val:
         val = load_task(cfg.task, "validation", cfg.n_val, EVAL_SEED, cfg.data_source)
         train = load_task(cfg.task, "train", cfg.n_train, cfg.data_seed, cfg.data_source)
         val_source = f"the task's validation split ({training_spec(cfg.task).validation_rows or 'all rows'})"
@@ -83,7 +93,10 @@ def load_run_data(cfg: FinetuneConfig) -> RunData:
     battery = {task: with_fewshot(rows, task, cfg.num_fewshot, source) for task, rows in battery.items()}
     general = load_task(PPL_TASK, "test", cfg.n_ppl, EVAL_SEED, cfg.data_source) if cfg.n_ppl else None
     general_text = [p + t for p, t in zip(general["prompt"], general["target"])] if general is not None else []
-    return RunData(train, val, test, tasks[0], battery.get(tasks[0]), general_text, val_source, battery)
+    read = [(cfg.task, s) for s in ("train", "validation", "test") if s != "validation" or own_val]
+    read += [(task, "test") for task in battery] + ([(PPL_TASK, "test")] if cfg.n_ppl else [])
+    sources = {f"{task}/{split}": data_source_of(task, split, cfg.data_source) for task, split in read}
+    return RunData(train, val, test, tasks[0], battery.get(tasks[0]), general_text, val_source, battery, sources)
 
 
 def chat_framed(rows: Any, task: str | TaskSpec, tokenizer: Any) -> Any:

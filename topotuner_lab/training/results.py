@@ -63,6 +63,8 @@ class RunResults(TypedDict, total=False):
     - The forgetting fields (``ood_*``, ``forgetting_ood``) are None when the run had no battery (``n_ood`` 0), the
       perplexity fields (``perplexity_*``, ``ppl_*``) when it had no perplexity probe (``n_ppl`` 0).
     - ``spectrum``: the ``spectrum-top5`` method's percent and the ``unfrozen_parameters`` patterns it trained.
+    - ``data_sources``: where each split was read, ``task/split`` -> ``offline PATH`` or ``hub ID, split S`` (the hub
+      stands in for an absent offline copy).
     - ``num_fewshot``: the few-shot examples before each test and validation prompt (``config.num_fewshot`` where
       given, else the task spec's; :mod:`topotuner_lab.tasks.fewshot`).
     """
@@ -85,6 +87,7 @@ class RunResults(TypedDict, total=False):
     val_accuracy: float | None
     val_logloss: float | None
     val_source: str
+    data_sources: dict[str, str]
     metric: str
     test_accuracy: float
     test_correct: list[int] | list[float]
@@ -204,6 +207,7 @@ def collect_results(
         "val_accuracy": accuracy(val_correct) if val_correct is not None else None,
         "val_logloss": val_logloss,
         "val_source": data.val_source,
+        "data_sources": data.sources,
         "metric": score.metric,
         "test_accuracy": accuracy(test_correct),
         "test_correct": per_example(test_correct),  # per test example, for paired bootstrap intervals
