@@ -105,7 +105,7 @@ def test_zero_shots_leave_every_prompt_as_it_was(tmp_path):
 
 
 def test_the_spec_sets_k_and_the_option_overrides_it(tmp_path):
-    spec = read_spec(_spec(tmp_path, extra="num_fewshot: 3\nfewshot_delimiter: \"\\n###\\n\"\n"))
+    spec = read_spec(_spec(tmp_path, extra='num_fewshot: 3\nfewshot_delimiter: "\\n###\\n"\n'))
     assert fewshot_count(spec) == 3 and fewshot_count(spec, 1) == 1 and fewshot_count(spec, 0) == 0
     test = load_task(spec, "test")
     assert all(p.count("\n###\n") == 3 for p in with_fewshot(test, spec)["prompt"])
@@ -164,3 +164,45 @@ def test_check_task_reports_what_few_shot_pushes_past_max_length(tmp_path):
     assert next(s for s in check.splits if s.split == "train").fewshot_cut is None
     assert "with 2 few-shot examples: --max-length 40 cuts 100.0% of prompts (4 of 4 pushed past it" in check.text()
     assert check_task(str(_spec(tmp_path)), model="tiny-llama", max_length=40).splits[-1].fewshot_cut is None
+
+
+@pytest.mark.parametrize("kind", sorted(HEADS))
+def test_prompts_are_lm_evals_fewshot_context(tmp_path, kind):
+    """lm-eval 0.4.13's own ``fewshot_context`` (its default sampler, few-shot seed 1234) over the same train and test
+    rows writes every few-shot prompt exactly as ours (no model: prompts only)."""
+    import yaml
+    from lm_eval.api.task import ConfigurableTask
+
+    spec = read_spec(_spec(tmp_path, kind))
+    for split, rows in (("train", ROWS[:8]), ("test", ROWS[8:])):
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = yaml.safe_load(HEADS[kind]) | {
+        "task": f"fewshot_{kind}",
+        "dataset_path": "json",
+        "dataset_kwargs": {
+            "data_files": {s: str(tmp_path / f"{s}.jsonl") for s in ("train", "test")},
+            "cache_dir": str(tmp_path / "hf-datasets"),
+        },
+        "training_split": "train",
+        "test_split": "test",
+        "doc_to_text": spec.doc_to_text,
+        "num_fewshot": 2,
+    }
+    if kind == "generation":
+        config["generation_kwargs"] = {"until": ["\n\n"]}
+    task = ConfigurableTask(config=config)
+    task.set_fewshot_seed(FEWSHOT_SEED)
+    theirs = [task.fewshot_context(doc, 2) for doc in task.test_docs()]
+    assert list(with_fewshot(load_task(spec, "test"), spec, 2)["prompt"]) == theirs
+
+
+def test_finetune_with_the_option_records_it_and_scores_few_shot(tmp_path):
+    """``finetune --num-fewshot 2`` on a spec of 0: recorded in the config and results, two examples per test prompt."""
+    out = tmp_path / "run"
+    args = ["finetune", "--model", "tiny-llama", "--task", str(_spec(tmp_path)), "--epochs", "1", "--n-train", "4"]
+    args += ["--n-test", "4", "--n-ood", "0", "--n-ppl", "0", "--max-length", "96", "--no-save-checkpoints"]
+    assert main([*args, "--num-fewshot", "2", "-o", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["config"]["num_fewshot"] == results["num_fewshot"] == 2
+    prompts = [json.loads(line)["prompt"] for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(prompts) == 4 and all(p.count("\n\n") == 2 for p in prompts)
