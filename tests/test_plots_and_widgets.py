@@ -38,7 +38,11 @@ def test_persistence_diagram_and_barcode(tiny_snapshot):
     after = diagrams(perturb_snapshot(tiny_snapshot, 0.1).matrices["L0.q"])
     fig = plots.persistence_diagram({"pretrained": before.dgms, "fine-tuned": after.dgms})
     names = [t.name for t in fig.data]
-    assert names == ["pretrained H0", "pretrained H1", "fine-tuned H0", "fine-tuned H1", "diagonal"]
+    assert names == ["pretrained H0", "pretrained H1", "diagonal", "fine-tuned H0", "fine-tuned H1", "diagonal"]
+    axes = [(t.xaxis, t.yaxis) for t in fig.data]  # side by side, not overlaid: drift is the move between panels
+    assert axes[0] == axes[1] == axes[2] == ("x", "y") and axes[3] == axes[4] == ("x2", "y2")
+    assert fig.layout.xaxis.range == fig.layout.xaxis2.range and fig.layout.yaxis.range == fig.layout.yaxis2.range
+    assert [t.showlegend for t in fig.data if t.name == "diagonal"] == [True, False]  # one legend entry each
     assert len(fig.data[0].x) == 63 and "birth" in fig.data[0].hovertemplate
     bars = plots.barcode(before.dgms)
     assert sum(len(t.x) for t in bars.data) == len(before[0]) + len(before[1])
@@ -342,20 +346,68 @@ def test_drift_source_keeps_each_recipe_in_its_own_folder(tiny_snapshot, tmp_pat
         workbench.recipe_work(work.root, "authors")
 
 
-def test_agreement_sentence_reads_the_matrix():
+def _agreement(values):
     names = ["high-drift", "low-drift", "magnitude", "snr", "alpha", "kappa"]
     matrix = pd.DataFrame(np.eye(6), index=names, columns=names)
-    for other, value in {"low-drift": -1.0, "magnitude": 0.26, "snr": 0.38, "alpha": -0.05, "kappa": 0.17}.items():
+    for other, value in {"low-drift": -1.0, **values}.items():
         matrix.loc["high-drift", other] = matrix.loc[other, "high-drift"] = value
+    return matrix
+
+
+def test_agreement_sentence_reads_the_matrix():
+    matrix = _agreement({"magnitude": 0.26, "snr": 0.38, "alpha": -0.05, "kappa": 0.17})
     sentence = workbench.agreement_sentence(matrix)
     assert "agrees most with snr (Spearman rho +0.38) and least with alpha (-0.05)" in sentence
-    assert "moderate (|rho| 0.38): topology partly picks as snr would" in sentence  # low-drift (-1) is left out
+    assert "moderate, with snr (+0.38): topology partly picks as snr would" in sentence  # low-drift (-1) left out
     matrix.loc["high-drift", "alpha"] = matrix.loc["alpha", "high-drift"] = -0.8
-    assert "strong (|rho| 0.80): topology largely picks the opposite of alpha" in workbench.agreement_sentence(matrix)
-    matrix.loc[["magnitude", "snr", "alpha", "kappa"], "high-drift"] = [0.1, -0.2, 0.05, np.nan]  # NaN: no ranking
-    assert "weak (|rho| 0.20): topology ranks the matrices in an order of its own" in workbench.agreement_sentence(
+    assert "strong, with alpha (-0.80): topology largely picks the opposite of alpha" in workbench.agreement_sentence(
         matrix
     )
+    matrix.loc[["magnitude", "snr", "alpha", "kappa"], "high-drift"] = [0.1, -0.2, 0.05, np.nan]  # NaN: no ranking
+    assert "weak, with snr (-0.20): topology ranks the matrices in an order of its own" in workbench.agreement_sentence(
+        matrix
+    )
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"magnitude": 0.12, "snr": -0.1, "alpha": -0.2996, "kappa": 0.23},  # the least agreeing is the strongest
+        {"magnitude": 0.71, "snr": -0.69, "alpha": 0.0, "kappa": 0.3},
+        {"magnitude": -0.05, "snr": 0.04, "alpha": 0.02, "kappa": -0.01},
+    ],
+)
+def test_agreement_sentence_states_the_numbers_it_reads(values):
+    """Every number the sentence prints is the value of the selector it names, and its words follow that number."""
+    import re
+
+    sentence = workbench.agreement_sentence(_agreement(values))
+    named = dict(re.findall(r"(\w[\w-]*) \((?:Spearman rho )?([+-]\d\.\d\d)\)", sentence))
+    assert len(named) >= 2, sentence
+    for selector, printed in named.items():
+        assert float(printed) == round(values[selector], 2), (selector, sentence)
+    best, worst = max(values, key=values.get), min(values, key=values.get)
+    assert f"agrees most with {best} " in sentence and f"least with {worst} " in sentence
+    closest = max(values, key=lambda k: abs(round(values[k], 2)))
+    strength = re.search(r"either way is (\w+), with (\S+) ", sentence)
+    printed = abs(round(values[closest], 2))
+    assert strength.group(2) == closest
+    assert strength.group(1) == ("strong" if printed >= 0.7 else "moderate" if printed >= 0.3 else "weak")
+
+
+def test_noise_ratios_are_the_numbers_the_noise_check_prints(tiny_snapshot, tmp_path):
+    work = WorkDir(tmp_path / "work")
+    save_snapshot(tiny_snapshot, work.pretrained)
+    save_snapshot(perturb_snapshot(tiny_snapshot, 0.05), work.finetuned("sst2"))
+    table, noise = workbench.drift_source(work.root, "sst2")("default")
+    ratios = workbench.noise_ratios(work.root, "sst2", ["h0_w1", "rel_frobenius"])
+    check = workbench.check_noise(work.root, "sst2")
+    pooled = np.concatenate([n["h0_w1"].to_numpy() for n in noise])  # every draw of every seed
+    expected = table["h0_w1"].median() / np.median(pooled)
+    assert np.isclose(ratios.loc["h0_w1", "fine-tune / noise (median)"], expected) and np.isclose(check.ratio, expected)
+    assert f"{expected:.2f}x the noise floor" in check.message
+    floor = np.stack([n.set_index("pid").loc[table["pid"], "h0_w1"].to_numpy() for n in noise]).max(axis=0)
+    assert np.isclose(ratios.loc["h0_w1", "above_every_draw"], (table["h0_w1"].to_numpy() > floor).mean())
 
 
 def test_selector_agreement_on_the_series_table(tiny_snapshot, tiny_llama, tmp_path):

@@ -7,7 +7,9 @@ each executed copy is kept. Overrides are checked against the type of each noteb
 from __future__ import annotations
 
 import ast
+import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,6 +99,35 @@ EXPECTED_FIGURES: dict[str, tuple[str, ...]] = {
     "06_early_stopping.ipynb": ("early_stopping",),
     "07_compare_cards.ipynb": ("card_comparison", "selector_agreement"),
 }
+
+
+def setup(figures_dir: str | os.PathLike[str]) -> Path:
+    """Prepare a notebook of the series; returns its figures folder (created).
+
+    Figures render through JupyterLab's plotly extension (:data:`~topotuner_lab.lab.plots.OFFLINE_RENDERER`).
+    Model loading and saving progress bars (transformers, huggingface_hub) and the libraries' FutureWarnings are
+    switched off: in a saved notebook they are stuck lines that say nothing about the experiment.
+    """
+    import huggingface_hub.utils
+    import transformers.utils.logging
+
+    from topotuner_lab.lab.plots import use_offline_renderer
+
+    use_offline_renderer()
+    transformers.utils.logging.disable_progress_bar()
+    huggingface_hub.utils.disable_progress_bars()
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    folder = Path(figures_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def export(figure: Any, stem: str | os.PathLike[str]) -> Any:
+    """Write ``figure`` (HTML, and PNG with Chromium: :func:`~topotuner_lab.lab.plots.save_figure`); return it."""
+    from topotuner_lab.lab.plots import save_figure
+
+    save_figure(figure, stem)
+    return figure
 
 
 class NotebookError(TopoTunerError):

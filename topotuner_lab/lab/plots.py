@@ -29,12 +29,14 @@ if TYPE_CHECKING:
     from topotuner_lab.training.transfer import TransferCheck
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
-#: The offline renderer in notebooks: plotly's JSON mimetype for JupyterLab, plus inlined plotly.js for nbconvert.
-OFFLINE_RENDERER = "plotly_mimetype+notebook"
+#: The renderer in notebooks: plotly's JSON mimetype, which JupyterLab's plotly extension draws with the plotly.js it
+#: ships (offline, also when a saved notebook is opened without a kernel). Not ``+notebook``: that inlines a 4.9 MB
+#: plotly.js into every executed notebook; not ``notebook_connected``: it loads plotly.js from a CDN (blank offline).
+OFFLINE_RENDERER = "plotly_mimetype"
 
 
 def use_offline_renderer() -> None:
-    """Render without a CDN (JupyterLab mimetype + inlined JS for nbconvert/HTML)."""
+    """Render through JupyterLab's plotly extension (no CDN, no plotly.js copy in the notebook)."""
     import plotly.io as pio
 
     pio.renderers.default = OFFLINE_RENDERER
@@ -43,15 +45,22 @@ def use_offline_renderer() -> None:
 def persistence_diagram(
     diagrams: Mapping[str, Sequence[np.ndarray]], dims: Iterable[int] = (0, 1), title: str = "Persistence diagram"
 ) -> go.Figure:
-    """Birth–death scatter of several diagrams (e.g. pretrained vs fine-tuned), one marker per dimension."""
-    fig = go.Figure()
-    top = 0.0
+    """Birth–death scatter of several diagrams (e.g. pretrained vs fine-tuned) side by side on the same axes.
+
+    One panel per diagram, one marker per dimension, one colour per diagram (the legend names each): drift shows as
+    points that moved between panels, which overlaid markers would hide.
+    """
+    dims = list(dims)
+    fig = make_subplots(rows=1, cols=len(diagrams), subplot_titles=list(diagrams), shared_yaxes=True)
+    top = max(
+        (float(np.asarray(d[dim]).max()) for d in diagrams.values() for dim in dims if dim < len(d) and len(d[dim])),
+        default=1.0,
+    )
     for i, (label, dgms) in enumerate(diagrams.items()):
         for dim in dims:
             if dim >= len(dgms) or len(dgms[dim]) == 0:
                 continue
             d = np.asarray(dgms[dim])
-            top = max(top, float(d.max()))
             fig.add_trace(
                 go.Scatter(
                     x=d[:, 0],
@@ -65,19 +74,27 @@ def persistence_diagram(
                         opacity=0.7,
                     ),
                     hovertemplate=f"{label} H{dim}<br>birth %{{x:.4f}}<br>death %{{y:.4f}}<extra></extra>",
-                )
+                ),
+                row=1,
+                col=i + 1,
             )
-    fig.add_trace(
-        go.Scatter(
-            x=[0, top * 1.05],
-            y=[0, top * 1.05],
-            mode="lines",
-            line=dict(color="gray", dash="dash"),
-            name="diagonal",
-            hoverinfo="skip",
+        fig.add_trace(
+            go.Scatter(
+                x=[0, top * 1.05],
+                y=[0, top * 1.05],
+                mode="lines",
+                line=dict(color="gray", dash="dash"),
+                name="diagonal",
+                showlegend=i == 0,
+                hoverinfo="skip",
+            ),
+            row=1,
+            col=i + 1,
         )
-    )
-    fig.update_layout(title=title, xaxis_title="birth", yaxis_title="death", template="plotly_white")
+    fig.update_xaxes(title_text="birth", range=[-0.02 * top, top * 1.05])
+    fig.update_yaxes(range=[-0.02 * top, top * 1.05])
+    fig.update_yaxes(title_text="death", col=1)
+    fig.update_layout(title=title, template="plotly_white")
     return fig
 
 

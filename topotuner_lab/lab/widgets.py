@@ -1,4 +1,4 @@
-"""Reusable ipywidgets components: a projection picker, a task picker and the live profile builder.
+"""Reusable ipywidgets components: a projection picker, a task picker, the live profile builder and explorers.
 
 All work without a browser: set ``.value`` of their controls in Python and read the result
 (``picker.pid``, ``tasks.value``, ``builder.card``), which is how the tests drive them.
@@ -22,7 +22,7 @@ from topotuner_lab.drift import columns
 from topotuner_lab.drift.noise import NoiseCheck, noise_check
 from topotuner_lab.drift.settings import RECIPES, DriftSettings
 from topotuner_lab.drift.signals import SIGNALS, with_relchange, with_signals
-from topotuner_lab.lab.plots import drift_heatmaps, update_figure_widget
+from topotuner_lab.lab.plots import barcode, drift_heatmaps, persistence_diagram, update_figure_widget
 from topotuner_lab.profiles.card import (
     DEFAULT_NORMALIZATION,
     FIXED_RANKINGS,
@@ -34,6 +34,7 @@ from topotuner_lab.profiles.card import (
 )
 from topotuner_lab.profiles.select import MIN_NOISE_DRAWS, build_profile
 from topotuner_lab.tasks.specs import TASKS, TaskSpec, get_task
+from topotuner_lab.topology.persistence import diagrams
 from topotuner_lab.weights.projections import parse_pid
 from topotuner_lab.weights.snapshot import Snapshot
 
@@ -60,6 +61,42 @@ class ProjectionPicker(w.HBox):
     def _changed(self, _change: object) -> None:
         if self._on_change:
             self._on_change(self.pid)
+
+
+def diagram_figures(pretrained: Snapshot, finetuned: Snapshot, pid: str) -> tuple[go.Figure, go.Figure]:
+    """Projection ``pid``'s persistence diagrams before and after fine-tuning, side by side, and its barcode after."""
+    before, after = diagrams(pretrained.matrices[pid]), diagrams(finetuned.matrices[pid])
+    return (
+        persistence_diagram({"pretrained": before.dgms, "fine-tuned": after.dgms}, title=f"{pid}: persistence diagram"),
+        barcode(after.dgms, title=f"{pid}: barcode after fine-tuning"),
+    )
+
+
+def persistence_explorer(pretrained: Snapshot, finetuned: Snapshot, layer: int = 0, kind: str = "v") -> w.VBox:
+    """A :class:`ProjectionPicker` over the snapshots' projections with the picked one's diagrams, redrawn live."""
+    views = (go.FigureWidget(), go.FigureWidget())
+
+    def show(pid: str) -> None:
+        for view, fig in zip(views, diagram_figures(pretrained, finetuned, pid)):
+            update_figure_widget(view, fig)
+
+    picker = ProjectionPicker(list(pretrained.matrices), on_change=show)
+    picker.layer.value, picker.kind.value = layer, kind
+    show(picker.pid)
+    return w.VBox([picker, *views])
+
+
+def drift_explorer(table: pd.DataFrame, measures: Sequence[str], beside: str = "rel_frobenius") -> w.VBox:
+    """A dropdown of drift ``measures`` and the chosen one's heatmap beside the ``beside`` column's, redrawn live."""
+    column = w.Dropdown(options=list(measures), description="drift")
+    view = go.FigureWidget()
+
+    def show(name: str) -> None:
+        update_figure_widget(view, drift_heatmaps(table, [name, beside]))
+
+    column.observe(lambda change: show(change.new), names="value")
+    show(column.value)
+    return w.VBox([column, view])
 
 
 def task_label(spec: TaskSpec) -> str:
@@ -490,3 +527,39 @@ class ProfileBuilder(w.VBox):
             self.save()
         except Exception as exc:  # shown in the widget: a click handler's exception would be lost in the kernel log
             self.error.value = error_html(exc)
+
+
+def profile_builder(
+    model: str,
+    work_dir: str | Path,
+    prior_task: str,
+    *,
+    recipe: str = "default",
+    strategy: str = "high-drift",
+    budget_pct: float = 1.0,
+    metric_dim: int = 0,
+    normalization: str = DEFAULT_NORMALIZATION,
+    stop_threshold: float | None = None,
+) -> ProfileBuilder:
+    """Notebook 4's builder over the series' work folder, its controls set from the notebook's parameters.
+
+    The drift tables come from :func:`~topotuner_lab.lab.workbench.drift_source` (each recipe computed once), the
+    selectors' columns from notebook 1's snapshots when a selector is picked; cards are saved in ``cards/``.
+    """
+    from topotuner_lab.lab import workbench
+    from topotuner_lab.study.workspace import WorkDir
+
+    _, pretrained = workbench.pretrained_snapshot(model, work_dir)
+    builder = ProfileBuilder(
+        None,  # the drift table comes from the recipe control: computed or loaded per recipe
+        ModelIdentity.from_snapshot(pretrained),
+        prior_task,
+        out_dir=WorkDir(work_dir).cards,
+        stop_threshold=stop_threshold,
+        drift=workbench.drift_source(work_dir, prior_task),
+        recipe=recipe,
+        selectors=selector_columns(lambda: workbench.load_pair(work_dir, prior_task)),
+    )
+    builder.strategy.value, builder.percent.value = strategy, budget_pct
+    builder.dim.value, builder.normalization.value = metric_dim, normalization
+    return builder

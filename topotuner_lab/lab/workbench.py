@@ -228,6 +228,22 @@ def check_noise(work_dir: str | Path, prior_task: str, metric: str = "h0_w1") ->
     return noise_check(table, noise, metric, warn=True)
 
 
+def noise_ratios(work_dir: str | Path, prior_task: str, measures: Sequence[str]) -> pd.DataFrame:
+    """The noise check of each drift column: the ratio and share :func:`check_noise` prints, one row per column.
+
+    ``ratio`` is the median fine-tune drift over the median of every noise draw pooled (all seeds), the figure the
+    check's sentence states; ``above_every_draw`` the share of matrices drifting more than each of their noise draws.
+    """
+    work = WorkDir(work_dir)
+    table = load_table(work.drift_table(prior_task))
+    noise = [load_table(work.noise_table(seed)) for seed in NOISE_SEEDS if work.noise_table(seed).is_file()]
+    checks = [noise_check(table, noise, measure) for measure in measures]
+    return pd.DataFrame(
+        {"fine-tune / noise (median)": [c.ratio for c in checks], "above_every_draw": [c.share_above for c in checks]},
+        index=pd.Index(list(measures), name="measure"),
+    )
+
+
 def train_methods(
     loaded: LoadedModel,
     card: str | Path,
@@ -419,9 +435,10 @@ def agreement_sentence(
     """One sentence read off a rank-agreement matrix: which selector agrees most and least with topology.
 
     ``reference`` is topology's column; its ``mirror`` (the same ranking reversed) is left out of the comparison.
-    The strongest agreement either way (largest absolute value) is strong from 0.7, moderate from 0.3, weak below.
+    The strongest relation either way (largest absolute value: agreement or its opposite), named with its selector, is
+    strong from 0.7, moderate from 0.3, weak below; values are read as printed (two decimals).
     """
-    others = matrix[reference].drop([reference, mirror], errors="ignore").dropna()
+    others = matrix[reference].drop([reference, mirror], errors="ignore").dropna().round(2)  # as printed
     if others.empty:
         return f"No other selector ranks the projections comparably with topology ({topology})."
     best, worst, closest = str(others.idxmax()), str(others.idxmin()), str(others.abs().idxmax())
@@ -435,5 +452,6 @@ def agreement_sentence(
         reading = f"topology {'largely' if strength == 'strong' else 'partly'} picks the opposite of {closest}"
     return (
         f"Topology ({topology}) agrees most with {best} ({measure} {others[best]:+.2f}) and least with {worst} "
-        f"({others[worst]:+.2f}); the strongest agreement is {strength} (|rho| {abs(value):.2f}): {reading}."
+        f"({others[worst]:+.2f}); the strongest relation either way is {strength}, with {closest} "
+        f"({others[closest]:+.2f}): {reading}."
     )
