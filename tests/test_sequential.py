@@ -1,0 +1,40 @@
+"""Seeds in blocks: the group-sequential boundaries spend alpha as stated and keep the overall error at alpha."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from topotuner_lab._io.errors import ParameterError
+from topotuner_lab.study.sequential import boundaries, look_level, obf_spent
+
+
+def test_one_look_is_the_fixed_size_test():
+    assert boundaries([1.0]) == [pytest.approx(1.959964, abs=1e-5)]
+    assert look_level([1.0], 0) == pytest.approx(0.95)
+
+
+def test_the_first_look_spends_exactly_the_spending_function():
+    first = boundaries([0.5, 1.0])[0]
+    assert first == pytest.approx(1.959964 / np.sqrt(0.5), abs=1e-4)  # P(|Z| > c1) = alpha(0.5)
+    assert obf_spent(1.0) == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("fractions", [[0.5, 1.0], [1 / 3, 2 / 3, 1.0], [0.5, 0.75, 1.0]])
+def test_a_null_brownian_motion_crosses_some_look_with_probability_alpha(fractions):
+    c = boundaries(fractions)
+    assert all(a > b for a, b in zip(c, c[1:]))  # early looks are stricter
+    assert c[-1] < 2.1  # the last look stays near the fixed-size test
+    rng = np.random.default_rng(0)
+    steps = np.diff([0.0, *fractions])
+    paths = np.cumsum(rng.normal(0, 1, (200_000, len(fractions))) * np.sqrt(steps), axis=1)
+    z = paths / np.sqrt(fractions)
+    crossed = (np.abs(z) >= c).any(axis=1).mean()
+    assert crossed == pytest.approx(0.05, abs=0.003)  # the naive rule (1.96 at every look) gives 0.08 to 0.11
+    assert (np.abs(z) >= 1.959964).any(axis=1).mean() > 0.075
+
+
+@pytest.mark.parametrize("fractions", [[], [0.5], [0.6, 0.4, 1.0], [0.0, 1.0], [0.5, 1.5]])
+def test_a_plan_that_is_not_increasing_to_one_is_refused(fractions):
+    with pytest.raises(ParameterError, match="not a group-sequential plan"):
+        boundaries(fractions)
