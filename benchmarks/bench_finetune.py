@@ -48,7 +48,7 @@ def cards(tmp: Path) -> dict[str, Path]:
     from topotuner_lab.drift.compute import drift_table
     from topotuner_lab.drift.tables import load_table
     from topotuner_lab.profiles.card import ModelIdentity
-    from topotuner_lab.profiles.select import build_profile
+    from topotuner_lab.profiles.select import CardSettings, build_profile
     from topotuner_lab.weights.extract import extract_snapshot
     from topotuner_lab.weights.models import load_model
     from topotuner_lab.weights.snapshot import perturb_snapshot
@@ -68,9 +68,9 @@ def cards(tmp: Path) -> dict[str, Path]:
         ("profile 2% high-drift", "high-drift", 0.02),
         ("profile 1% low-drift", "low-drift", 0.01),
     ):
-        out[name] = build_profile(table, identity, prior_task="sst2", strategy=strategy, fraction=budget).save(
-            tmp / f"{strategy}-{budget}.json"
-        )
+        out[name] = build_profile(
+            table, identity, CardSettings(prior_task="sst2", strategy=strategy, fraction=budget)
+        ).save(tmp / f"{strategy}-{budget}.json")
     return out
 
 

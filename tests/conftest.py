@@ -40,9 +40,9 @@ def card_path(tiny_llama, tiny_snapshot, tmp_path):
     from topotuner_lab.drift.cache import DriftCache
     from topotuner_lab.drift.compute import drift_table
     from topotuner_lab.profiles.apply import identity_of
-    from topotuner_lab.profiles.select import build_profile
+    from topotuner_lab.profiles.select import CardSettings, build_profile
     from topotuner_lab.weights.snapshot import perturb_snapshot
 
     table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1, cache=DriftCache(None))
-    card = build_profile(table, identity_of(tiny_llama.model, "tiny-llama"), prior_task="sst2", count=2)
+    card = build_profile(table, identity_of(tiny_llama.model, "tiny-llama"), CardSettings(prior_task="sst2", count=2))
     return card.save(tmp_path / "card.json")

@@ -8,11 +8,13 @@ import dataclasses
 import json
 import subprocess
 import sys
+import typing
 from dataclasses import replace
+from typing import Literal
 
 import pytest
 
-from topotuner_lab._io.config import Config
+from topotuner_lab._io.config import Config, opt
 from topotuner_lab._io.errors import ParameterError, ProfileError
 from topotuner_lab.cli import build_parser
 from topotuner_lab.drift import columns
@@ -22,7 +24,7 @@ from topotuner_lab.profiles.card import SCHEMA_VERSION, ProfileCard, migrate
 from topotuner_lab.profiles.select import CardSettings
 from topotuner_lab.study.presets import PRESETS, Preset
 from topotuner_lab.topology.persistence import PersistenceSettings
-from topotuner_lab.training.config import FinetuneConfig
+from topotuner_lab.training.config import FinetuneConfig, Method
 from topotuner_lab.weights.snapshot import PerturbSettings
 
 SETTINGS = [PersistenceSettings, DriftSettings, PerturbSettings, FinetuneConfig, NotebookPreset, Preset]
@@ -100,6 +102,40 @@ def test_cli_options_become_the_settings(tmp_path) -> None:
     assert settings.fraction == 0.02 and settings.normalization == "per-point" and settings.count is None
 
 
+Size = Literal["small", "large"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sized(Config):
+    """A settings class whose one choice field names no choices: its ``Literal`` type gives them."""
+
+    size: Size = opt("small", "how big")
+    shape: Literal["round", "square"] | None = opt(None, "which shape, if any")
+
+
+def test_a_literal_field_gives_its_choices_to_the_cli_and_to_validation() -> None:
+    from topotuner_lab.cli.options import Parser, add_config_options, config_from_args
+
+    parser = Parser(prog="example")
+    add_config_options(parser, _Sized)
+    actions = {action.dest: action for action in parser._actions}
+    assert tuple(actions["size"].choices) == typing.get_args(Size) == ("small", "large")
+    assert tuple(actions["shape"].choices) == ("round", "square", None)
+    assert config_from_args(_Sized, parser.parse_args(["--size", "large"])) == _Sized(size="large")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--size", "huge"])
+    with pytest.raises(ParameterError, match="size='huge' is not one of small, large"):
+        _Sized(size="huge")  # type: ignore[arg-type]
+    method = _options("finetune")["method"]
+    assert tuple(method.choices) == typing.get_args(Method)  # the real CLI: FinetuneConfig.method's Literal
+
+
+def test_the_method_choice_is_defined_once() -> None:
+    from topotuner_lab.study import plan
+
+    assert plan.Method is Method and plan.RunKey.__annotations__["method"] == "Method"
+
+
 def test_usage_errors_are_one_line_with_the_fix(capsys) -> None:
     from topotuner_lab.cli import main
 
@@ -174,4 +210,4 @@ def _card() -> ProfileCard:
 
     pre = extract_snapshot(build_tiny_model("tiny-llama"))
     table = drift_table(pre, perturb_snapshot(pre, 0.05), DriftSettings(maxdim=0), n_jobs=1, cache=DriftCache(None))
-    return build_profile(table, ModelIdentity.from_snapshot(pre), prior_task="sst2", count=2)
+    return build_profile(table, ModelIdentity.from_snapshot(pre), CardSettings(prior_task="sst2", count=2))

@@ -14,7 +14,7 @@ from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.tables import load_table, save_table
 from topotuner_lab.profiles.apply import apply_profile, identity_of
 from topotuner_lab.profiles.card import ProfileCard
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.finetune import run_finetune
 from topotuner_lab.weights.extract import extract_snapshot
@@ -58,7 +58,7 @@ def cards(models, tmp_path_factory):
     for name, loaded in models.items():
         pre = extract_snapshot(loaded)
         table = drift_table(pre, perturb_snapshot(pre, 0.05), n_jobs=1, cache=DriftCache(None))
-        card = build_profile(table, identity_of(loaded.model, name), prior_task="sst2", count=2)
+        card = build_profile(table, identity_of(loaded.model, name), CardSettings(prior_task="sst2", count=2))
         paths[name] = card.save(folder / f"{name}.json")
     return paths
 

@@ -9,7 +9,7 @@ from topotuner_lab.lab.plots import card_comparison
 from topotuner_lab.lab.workbench import card_pair
 from topotuner_lab.profiles.apply import identity_of
 from topotuner_lab.profiles.compare import compare_cards
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import build_tiny_model
 from topotuner_lab.weights.snapshot import perturb_snapshot
@@ -24,7 +24,7 @@ def _table_and_identity(loaded):
 @pytest.fixture
 def llama_cards(tiny_llama):
     table, identity = _table_and_identity(tiny_llama)
-    make = lambda strategy: build_profile(table, identity, prior_task="sst2", strategy=strategy, count=3)
+    make = lambda strategy: build_profile(table, identity, CardSettings(prior_task="sst2", strategy=strategy, count=3))
     return table, make
 
 
@@ -59,7 +59,7 @@ def test_cards_of_two_models_compare_by_kind_and_depth(llama_cards):
     _, make = llama_cards
     qwen = build_tiny_model("tiny-qwen2", seed=1)
     table, identity = _table_and_identity(qwen)
-    other = build_profile(table, identity, prior_task="agnews", count=2)
+    other = build_profile(table, identity, CardSettings(prior_task="agnews", count=2))
     result = compare_cards(make("high-drift"), other)
     assert not result.same_model and result.jaccard is None and result.rank_spearman is None
     assert len(result.only_a) == 3 and len(result.only_b) == 2
@@ -94,7 +94,7 @@ def test_rank_agreement_of_selectors_equals_the_cards_rank_correlation(llama_car
     for a, b in [("high-drift", "magnitude"), ("low-drift", "magnitude"), ("high-drift", "low-drift")]:
         assert agreement.loc[a, b] == pytest.approx(compare_cards(make(a), make(b)).rank_spearman)
     # a joint card pools at its budget (3 here), so its picks follow the unpooled scores only when it trains all 8
-    joint = build_profile(table, make("random").model, prior_task="sst2", strategy="joint-lh", count=8)
+    joint = build_profile(table, make("random").model, CardSettings(prior_task="sst2", strategy="joint-lh", count=8))
     high = make("high-drift")
     assert agreement.loc["high-drift", "high-drift"] == 1.0
     assert rank_agreement(selector_scores(table, ["high-drift", "joint-lh"])).iloc[0, 1] == pytest.approx(

@@ -360,13 +360,13 @@ def test_cli_bad_aggregation_is_a_usage_error(tmp_path, run_folder, capsys):
 
 def test_a_card_built_from_the_mean_records_it_and_checks_the_pretrained_hash(tiny_llama, tables):
     from topotuner_lab.profiles.apply import identity_of
-    from topotuner_lab.profiles.select import build_profile
+    from topotuner_lab.profiles.select import CardSettings, build_profile
 
     identity = identity_of(tiny_llama.model, "tiny-llama")
-    card = build_profile(aggregate_epochs(tables, "mean"), identity, prior_task="sst2", count=2)
+    card = build_profile(aggregate_epochs(tables, "mean"), identity, CardSettings(prior_task="sst2", count=2))
     assert card.aggregation == "mean" and len(card.trainable) == 2
-    assert build_profile(tables[-1], identity, prior_task="sst2", count=2).aggregation == "final"
+    assert build_profile(tables[-1], identity, CardSettings(prior_task="sst2", count=2)).aggregation == "final"
     other = extract_snapshot(build_tiny_model("tiny-llama", seed=1))
     foreign = aggregate_epochs([drift_table(other, perturb_snapshot(other, 0.05), H0, **FAST)], "mean")
     with pytest.raises(ProfileError, match="drift table was computed from weights"):  # the pretrained hash is kept
-        build_profile(foreign, identity, prior_task="sst2", count=2)
+        build_profile(foreign, identity, CardSettings(prior_task="sst2", count=2))

@@ -163,9 +163,10 @@ def test_plan_of_the_tiny_preset_is_the_grid_the_comparison_runs():
 def test_lora_matches_the_budgets_first_card_when_high_drift_is_not_run(tmp_path):
     from dataclasses import replace
 
+    from topotuner_lab.study.cards import CardKey
     from topotuner_lab.study.plan import plan
     from topotuner_lab.study.presets import PRESETS
-    from topotuner_lab.study.protocol import CardKey, config_for
+    from topotuner_lab.study.protocol import config_for
 
     preset = replace(PRESETS["tiny"], strategies=("random", "magnitude"), constant_lr=())
     cards = {CardKey("sst2", s, 0.05): tmp_path / f"{s}.json" for s in preset.strategies}

@@ -16,7 +16,7 @@ from topotuner_lab._io.errors import TopoTunerError
 from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import build_tiny_model
 from topotuner_lab.weights.snapshot import load_snapshot, perturb_snapshot, save_snapshot
@@ -37,7 +37,7 @@ def world(tmp_path_factory):
     pre = extract_snapshot(build_tiny_model("tiny-llama"))
     post = perturb_snapshot(pre, 0.05)
     table = drift_table(pre, post, n_jobs=1, cache=DriftCache(None))
-    card = build_profile(table, ModelIdentity.from_snapshot(pre), prior_task="sst2", count=2)
+    card = build_profile(table, ModelIdentity.from_snapshot(pre), CardSettings(prior_task="sst2", count=2))
     return {
         "tmp": tmp,
         "pre": pre,

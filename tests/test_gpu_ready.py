@@ -16,7 +16,7 @@ from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.profiles.apply import identity_of
 from topotuner_lab.profiles.card import ProfileCard
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import load_run_data
 from topotuner_lab.training.finetune import run_finetune
@@ -32,7 +32,7 @@ NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks what a ma
 def card(tiny_llama, tiny_snapshot, tmp_path) -> tuple[ProfileCard, str]:
     """A two-matrix card of tiny-llama (from a perturbed copy's drift) and its file."""
     table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1, cache=DriftCache(None))
-    built = build_profile(table, identity_of(tiny_llama.model, "tiny-llama"), prior_task="sst2", count=2)
+    built = build_profile(table, identity_of(tiny_llama.model, "tiny-llama"), CardSettings(prior_task="sst2", count=2))
     return built, str(built.save(tmp_path / "card.json"))
 
 

@@ -16,7 +16,7 @@ from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.drift.signals import ELTWISE_COLUMN, relchange_table, with_relchange
 from topotuner_lab.profiles.card import ModelIdentity
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.finetune import run_finetune
 from topotuner_lab.training.spectrum import ALWAYS_UNFROZEN, apply_spectrum, spectrum_patterns
@@ -79,7 +79,9 @@ def test_a_relchange_card_trains_the_most_changed_matrices(drift_pair):
     pre, after, table = drift_pair
     joined = with_relchange(table, pre, after)
     assert joined.attrs == table.attrs
-    card = build_profile(joined, ModelIdentity.from_snapshot(pre), prior_task="sst2", strategy="relchange", count=3)
+    card = build_profile(
+        joined, ModelIdentity.from_snapshot(pre), CardSettings(prior_task="sst2", strategy="relchange", count=3)
+    )
     values = {pid: _reference_eltwise(m, after.matrices[pid]) for pid, m in pre.matrices.items()}
     expected = sorted(values, key=values.get, reverse=True)
     assert [r["pid"] for r in card.ranking] == expected
@@ -91,7 +93,9 @@ def test_relchange_refuses_another_fine_tune_and_says_how_to_add_its_column(drif
     with pytest.raises(ProfileError, match="fine-tuned weights"):
         with_relchange(table, pre, perturb_snapshot(pre, 0.05, seed=2))
     with pytest.raises(ProfileError, match="with_relchange"):
-        build_profile(table, ModelIdentity.from_snapshot(pre), prior_task="sst2", strategy="relchange", count=2)
+        build_profile(
+            table, ModelIdentity.from_snapshot(pre), CardSettings(prior_task="sst2", strategy="relchange", count=2)
+        )
 
 
 # --- Spectrum's top 5% ------------------------------------------------------------------------------------------

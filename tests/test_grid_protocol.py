@@ -10,10 +10,11 @@ from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
-from topotuner_lab.profiles.select import build_profile, kind_composition
-from topotuner_lab.study.plan import RunKey, RunSpec, arms
+from topotuner_lab.profiles.select import CardSettings, build_profile, kind_composition
+from topotuner_lab.study.cards import CardKey, _kind_matched_cards
+from topotuner_lab.study.plan import RunKey, RunSpec, arms, run_owner
 from topotuner_lab.study.presets import Preset
-from topotuner_lab.study.protocol import CardKey, _kind_matched_cards, _run_owner, config_for
+from topotuner_lab.study.protocol import config_for
 from topotuner_lab.study.workspace import WorkDir
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.weights.snapshot import perturb_snapshot
@@ -39,7 +40,7 @@ def test_the_low_drift_card_takes_the_high_drift_cards_kinds(tmp_path, tiny_snap
     identity = ModelIdentity.from_snapshot(tiny_snapshot)
     preset = Preset(**{**GRID, "budgets": (0.05,)})
     work = WorkDir(tmp_path)
-    high = build_profile(table, identity, prior_task="gsm8k", fraction=0.05)
+    high = build_profile(table, identity, CardSettings(prior_task="gsm8k", fraction=0.05))
     path = work.card("high")
     high.save(path)
     matched = _kind_matched_cards(
@@ -47,7 +48,7 @@ def test_the_low_drift_card_takes_the_high_drift_cards_kinds(tmp_path, tiny_snap
     )
     low = ProfileCard.load(matched[CardKey("gsm8k", "low-drift", 0.05)])
     assert low.strategy == "low-drift" and kind_composition(low) == kind_composition(high)
-    unmatched = build_profile(table, identity, prior_task="gsm8k", strategy="low-drift", fraction=0.05)
+    unmatched = build_profile(table, identity, CardSettings(prior_task="gsm8k", strategy="low-drift", fraction=0.05))
     scores = {r["pid"]: r["score"] for r in low.ranking}
     for kind, count in kind_composition(high).items():  # within each kind, the lowest-drift matrices
         of_kind = sorted((p for p in scores if p.endswith(f".{kind}")), key=scores.get)
@@ -61,9 +62,9 @@ def test_the_papers_lora_and_spectrum_are_arms_shared_by_every_prior(tmp_path):
     assert RunKey("lora", "r16") in keys and RunKey("spectrum-top5") in keys
     assert RunKey.parse("lora:r16") == RunKey("lora", "r16") and RunKey("lora", "r16").name == "lora:r16"
     for key in (RunKey("full"), RunKey("lora", "r16"), RunKey("spectrum-top5")):
-        assert _run_owner(preset, RunSpec("agnews", "sst2", 0, key, "chosen")) == "gsm8k"  # one run serves both
+        assert run_owner(preset, RunSpec("agnews", "sst2", 0, key, "chosen")) == "gsm8k"  # one run serves both
     matched = RunKey("lora", None, 0.01)
-    assert _run_owner(preset, RunSpec("agnews", "sst2", 0, matched, "chosen")) == "agnews"  # its prior's card
+    assert run_owner(preset, RunSpec("agnews", "sst2", 0, matched, "chosen")) == "agnews"  # its prior's card
     lora = config_for(preset, RunSpec("gsm8k", "sst2", 0, RunKey("lora", "r16"), "chosen"), {}, 1e-3, tmp_path)
     assert lora.method == "lora" and lora.lora_rank == 16 and lora.profile is None
     spectrum = config_for(preset, RunSpec("gsm8k", "boolq", 0, RunKey("spectrum-top5"), "chosen"), {}, 1e-4, tmp_path)

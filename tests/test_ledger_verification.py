@@ -20,7 +20,7 @@ from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.lab.report.inputs import load_study
 from topotuner_lab.profiles.card import ModelIdentity
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.training.results import write_results
 from topotuner_lab.weights.snapshot import perturb_snapshot, save_snapshot
 
@@ -187,8 +187,8 @@ def test_a_table_without_some_projections_needs_an_explicit_allowance(tiny_snaps
     one = table.iloc[:1].copy()
     one.attrs = table.attrs
     with pytest.raises(ProfileError, match=r"(?s)covers 1 of the 8 projections .*allow_partial=True"):
-        build_profile(one, identity, prior_task="sst2", count=1)
-    card = build_profile(one, identity, prior_task="sst2", count=1, allow_partial=True)
+        build_profile(one, identity, CardSettings(prior_task="sst2", count=1))
+    card = build_profile(one, identity, CardSettings(prior_task="sst2", count=1, allow_partial=True))
     assert card.trainable == [table["pid"].iloc[0]] and len(card.frozen) == 7
 
 
@@ -206,7 +206,7 @@ def test_a_partial_table_on_the_command_line(tmp_path, tiny_snapshot, table, cap
 def test_negative_drift_is_refused(tiny_snapshot, table, column):
     table.loc[3, column] = -0.01
     with pytest.raises(ProfileError, match=rf"negative drift \({column} at \['{table['pid'].iloc[3]}'\]\)"):
-        build_profile(table, ModelIdentity.from_snapshot(tiny_snapshot), prior_task="sst2", count=2)
+        build_profile(table, ModelIdentity.from_snapshot(tiny_snapshot), CardSettings(prior_task="sst2", count=2))
 
 
 # drift aggregated over a run's epochs --------------------------------------------------------------------------

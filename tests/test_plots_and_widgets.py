@@ -20,7 +20,7 @@ from topotuner_lab.lab.widgets import (
 )
 from topotuner_lab.profiles.apply import identity_of
 from topotuner_lab.profiles.card import ProfileCard
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.study.workspace import WorkDir
 from topotuner_lab.tasks.specs import TASKS
 from topotuner_lab.topology.persistence import diagrams
@@ -296,7 +296,7 @@ def test_profile_builder_offers_the_drift_recipe(recipe_tables, tiny_llama, tmp_
     assert DriftSettings.from_key(builder.card.drift_settings).recipe_name == "reference"
     assert "cosine distance between rows, H0" in builder.recipe_info.value
     expected = build_profile(
-        builder.table, identity, prior_task="sst2", count=3, normalization="noise-z", noise=builder.noise
+        builder.table, identity, CardSettings(prior_task="sst2", count=3, normalization="noise-z"), noise=builder.noise
     )
     assert builder.card.trainable == expected.trainable and "3</b> trainable" in builder.status.value
     assert builder.save()[0].name == "sst2-high-drift-3m-reference.json"
@@ -418,7 +418,9 @@ def test_selector_agreement_on_the_series_table(tiny_snapshot, tiny_llama, tmp_p
     save_snapshot(tiny_snapshot, work.pretrained)
     save_snapshot(perturb_snapshot(tiny_snapshot, 0.05), work.finetuned("sst2"))
     table, noise = workbench.drift_source(work.root, "sst2")("default")
-    build_profile(table, identity_of(tiny_llama.model, "tiny-llama"), prior_task="sst2", count=3).save(work.card())
+    build_profile(table, identity_of(tiny_llama.model, "tiny-llama"), CardSettings(prior_task="sst2", count=3)).save(
+        work.card()
+    )
     matrix, sentence = workbench.selector_agreement(work.root)
     assert list(matrix.index) == list(matrix.columns) == list(workbench.SELECTORS)
     assert np.allclose(np.diag(matrix), 1) and np.isclose(matrix.loc["high-drift", "low-drift"], -1)
@@ -437,7 +439,7 @@ def test_card_stability_ranks_each_prior_seed_with_the_cards_settings(tiny_snaps
     save_snapshot(perturb_snapshot(tiny_snapshot, 0.05, seed=7), work.prior_seed(2).finetuned("sst2"))  # another
     table, noise = workbench.drift_source(work.root, "sst2")("default")
     identity = identity_of(tiny_llama.model, "tiny-llama")
-    build_profile(table, identity, prior_task="sst2", count=3, noise=noise).save(work.card())
+    build_profile(table, identity, CardSettings(prior_task="sst2", count=3), noise=noise).save(work.card())
     pairs, over = workbench.card_stability(work.root, [1, 2])
     same = pairs[(pairs["seed_a"] == 0) & (pairs["seed_b"] == 1)].iloc[0]
     assert same["jaccard"] == 1.0 and np.isclose(same["spearman"], 1.0)  # a repeated run ranks alike

@@ -9,7 +9,7 @@ from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.profiles.apply import apply_profile, identity_of
 from topotuner_lab.profiles.card import ProfileCard
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import build_tiny_model
 from topotuner_lab.weights.projections import count_parameters
@@ -25,8 +25,8 @@ def setup(tiny_llama, tiny_snapshot):
 
 def test_selection_by_count_follows_the_ranking(setup):
     _, table, identity = setup
-    high = build_profile(table, identity, prior_task="sst2", strategy="high-drift", count=3)
-    low = build_profile(table, identity, prior_task="sst2", strategy="low-drift", count=3)
+    high = build_profile(table, identity, CardSettings(prior_task="sst2", strategy="high-drift", count=3))
+    low = build_profile(table, identity, CardSettings(prior_task="sst2", strategy="low-drift", count=3))
     per_point = table.assign(score=table["h0_w1"] / table["n_h0_before"])  # the default normalization
     by_drift = per_point.sort_values("score", kind="stable").pid.tolist()
     assert set(high.trainable) == set(by_drift[-3:])
@@ -37,7 +37,7 @@ def test_selection_by_count_follows_the_ranking(setup):
 
 def test_selection_by_budget_stays_within_it(setup):
     _, table, identity = setup
-    card = build_profile(table, identity, prior_task="sst2", fraction=0.05)
+    card = build_profile(table, identity, CardSettings(prior_task="sst2", fraction=0.05))
     limit = 0.05 * identity.total_params
     assert 0 < card.trainable_params <= limit
     sizes = {pid: int(np.prod(s)) for pid, s in identity.shapes.items()}
@@ -52,16 +52,16 @@ def test_selection_by_budget_stays_within_it(setup):
 
 def test_controls_magnitude_and_random(setup):
     _, table, identity = setup
-    mag = build_profile(table, identity, prior_task="sst2", strategy="magnitude", count=2)
+    mag = build_profile(table, identity, CardSettings(prior_task="sst2", strategy="magnitude", count=2))
     assert mag.metric == "rel_frobenius"
     assert set(mag.trainable) == set(table.nlargest(2, "rel_frobenius").pid)
-    r1 = build_profile(table, identity, prior_task="sst2", strategy="random", count=4, seed=1)
-    r2 = build_profile(table, identity, prior_task="sst2", strategy="random", count=4, seed=1)
-    r3 = build_profile(table, identity, prior_task="sst2", strategy="random", count=4, seed=2)
+    r1 = build_profile(table, identity, CardSettings(prior_task="sst2", strategy="random", count=4, seed=1))
+    r2 = build_profile(table, identity, CardSettings(prior_task="sst2", strategy="random", count=4, seed=1))
+    r3 = build_profile(table, identity, CardSettings(prior_task="sst2", strategy="random", count=4, seed=2))
     assert r1.trainable == r2.trainable and r1.ranking != r3.ranking
     topology_only = table.drop(columns=["rel_frobenius", "rel_spectral", "row_cosine_change"])
     with pytest.raises(ProfileError, match="(?s)no measure column 'rel_frobenius'.*without --no-magnitude"):
-        build_profile(topology_only, identity, prior_task="sst2", strategy="magnitude", count=2)
+        build_profile(topology_only, identity, CardSettings(prior_task="sst2", strategy="magnitude", count=2))
 
 
 @pytest.mark.parametrize(
@@ -87,12 +87,12 @@ def test_controls_magnitude_and_random(setup):
 def test_bad_budgets_and_options(setup, kwargs, message):
     _, table, identity = setup
     with pytest.raises(ProfileError, match=message):
-        build_profile(table, identity, prior_task="sst2", **kwargs)
+        build_profile(table, identity, CardSettings(prior_task="sst2", **kwargs))
 
 
 def test_card_round_trip_and_views(setup, tmp_path):
     _, table, identity = setup
-    card = build_profile(table, identity, prior_task="sst2", count=2, stop_threshold=0.4)
+    card = build_profile(table, identity, CardSettings(prior_task="sst2", count=2, stop_threshold=0.4))
     path = card.save(tmp_path / "card.json")
     back = ProfileCard.load(path)
     assert back == card
@@ -109,7 +109,7 @@ def test_card_round_trip_and_views(setup, tmp_path):
 
 def test_a_rebuilt_card_keeps_the_file_it_matches_and_replaces_one_it_does_not(setup, tmp_path):
     _, table, identity = setup
-    card = build_profile(table, identity, prior_task="sst2", count=2, stop_threshold=0.4)
+    card = build_profile(table, identity, CardSettings(prior_task="sst2", count=2, stop_threshold=0.4))
     path = card.save_unless_same(tmp_path / "card.json")
     first = path.read_bytes()
     rebuilt = replace(card, created="2030-01-01T00:00:00+00:00")  # a resumed study builds it again, later
@@ -124,7 +124,7 @@ def test_a_rebuilt_card_keeps_the_file_it_matches_and_replaces_one_it_does_not(s
 
 def test_card_validation_errors(setup, tmp_path):
     _, table, identity = setup
-    data = build_profile(table, identity, prior_task="sst2", count=2).to_dict()
+    data = build_profile(table, identity, CardSettings(prior_task="sst2", count=2)).to_dict()
     with pytest.raises(ProfileError, match="schema_version 99"):
         ProfileCard.from_dict({**data, "schema_version": 99})
     with pytest.raises(ProfileError, match="lacks field"):
@@ -143,7 +143,7 @@ def test_card_validation_errors(setup, tmp_path):
 
 def test_exactly_the_listed_projections_train(setup):
     loaded, table, identity = setup
-    card = build_profile(table, identity, prior_task="sst2", count=3)
+    card = build_profile(table, identity, CardSettings(prior_task="sst2", count=3))
     model = loaded.model
     names = apply_profile(model, card)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
@@ -169,7 +169,7 @@ def test_fused_gpt2_rows_are_masked():
     snap = extract_snapshot(loaded)
     table = drift_table(snap, perturb_snapshot(snap, 0.05), n_jobs=1, cache=DriftCache(None))
     identity = identity_of(loaded.model, "tiny-gpt2")
-    card = build_profile(table, identity, prior_task="sst2", count=1, metric="h0_w1")
+    card = build_profile(table, identity, CardSettings(prior_task="sst2", count=1, metric="h0_w1"))
     card = replace(card, trainable=["L0.k"], frozen=[p for p in identity.shapes if p != "L0.k"])
     model = loaded.model
     apply_profile(model, card)
@@ -185,7 +185,7 @@ def test_fused_gpt2_rows_are_masked():
 
 def test_card_for_another_model_is_refused(setup):
     _, table, identity = setup
-    card = build_profile(table, identity, prior_task="sst2", count=2)
+    card = build_profile(table, identity, CardSettings(prior_task="sst2", count=2))
     with pytest.raises(ProfileError, match="projections differ"):
         apply_profile(build_tiny_model("tiny-llama", num_hidden_layers=3).model, card)
     with pytest.raises(ProfileError, match="weights"):
@@ -202,7 +202,7 @@ def test_a_v2_card_loads_with_the_recipe_of_its_drift_settings_and_final_drift(s
     from topotuner_lab.profiles.card import SCHEMA_VERSION
 
     _, table, identity = setup
-    card = build_profile(table, identity, prior_task="sst2", count=2)
+    card = build_profile(table, identity, CardSettings(prior_task="sst2", count=2))
     assert (card.recipe, card.aggregation, card.gradient_task, card.schema_version) == ("default", "final", None, 3)
     path = tmp_path / "v2.json"
     path.write_text(__import__("json").dumps(_v2(card)))
@@ -228,14 +228,14 @@ def test_cards_record_the_recipe_and_aggregation_of_their_table(setup, tiny_snap
         n_jobs=1,
         cache=DriftCache(None),
     )
-    assert build_profile(reference, identity, prior_task="sst2", count=2).recipe == "reference"
+    assert build_profile(reference, identity, CardSettings(prior_task="sst2", count=2)).recipe == "reference"
     mean = table.copy()
     mean.attrs.update(aggregation="mean", epochs=3)
-    card = build_profile(mean, identity, prior_task="sst2", count=2)
+    card = build_profile(mean, identity, CardSettings(prior_task="sst2", count=2))
     assert card.aggregation == "mean" and card.recipe == "default"
     assert ProfileCard.from_dict(card.to_dict()) == card
     mean.attrs["aggregation"] = "median"
     with pytest.raises(ProfileError, match="aggregation='median' is not one of final, mean"):
-        build_profile(mean, identity, prior_task="sst2", count=2)
+        build_profile(mean, identity, CardSettings(prior_task="sst2", count=2))
     with pytest.raises(ProfileError, match="records recipe 'reference', but its drift settings are recipe 'default'"):
         ProfileCard.from_dict({**card.to_dict(), "recipe": "reference"})

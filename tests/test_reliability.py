@@ -10,7 +10,7 @@ from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.profiles.apply import identity_of
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.weights.snapshot import load_snapshot, perturb_snapshot, save_snapshot
 
 
@@ -80,7 +80,8 @@ def test_same_seed_same_profile(tiny_llama, tiny_snapshot):
     table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1, cache=DriftCache(None))
     identity = identity_of(tiny_llama.model, "tiny-llama")
     cards = [
-        build_profile(table, identity, prior_task="sst2", strategy="random", fraction=0.05, seed=9) for _ in range(2)
+        build_profile(table, identity, CardSettings(prior_task="sst2", strategy="random", fraction=0.05, seed=9))
+        for _ in range(2)
     ]
     assert cards[0].trainable == cards[1].trainable and cards[0].seed == 9
     assert cards[0].ranking == cards[1].ranking
@@ -90,7 +91,8 @@ def test_other_seed_other_random_profile(tiny_llama, tiny_snapshot):
     table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), n_jobs=1, cache=DriftCache(None))
     identity = identity_of(tiny_llama.model, "tiny-llama")
     a, b = (
-        build_profile(table, identity, prior_task="sst2", strategy="random", fraction=0.05, seed=s) for s in (9, 10)
+        build_profile(table, identity, CardSettings(prior_task="sst2", strategy="random", fraction=0.05, seed=s))
+        for s in (9, 10)
     )
     assert a.seed == 9 and b.seed == 10
     assert [r["pid"] for r in a.ranking] != [r["pid"] for r in b.ranking]

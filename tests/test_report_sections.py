@@ -13,7 +13,7 @@ from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.lab.report import sections
 from topotuner_lab.profiles.card import ModelIdentity
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.study.claims import ClaimResult, ClaimRules
 from topotuner_lab.study.plan import RunKey
 from topotuner_lab.study.presets import PRESETS, Preset
@@ -618,7 +618,7 @@ def test_normalization_section_compares_each_normalizations_picks(tiny_drift):
     for budget_text, budget in (("5%", 0.05), ("10%", 0.1)):
         picks = {
             norm: build_profile(
-                table, identity, prior_task="sst2", fraction=budget, normalization=norm, noise=noise
+                table, identity, CardSettings(prior_task="sst2", fraction=budget, normalization=norm), noise=noise
             ).trainable
             for norm in ("raw", "per-point", "relative", "noise-z")
         }
@@ -642,7 +642,9 @@ def test_normalization_section_follows_the_presets_normalization_and_metric(tiny
     preset = replace(PRESETS["tiny"], normalization="raw", metric="h1_w1")
     text = sections.normalization_section(table, identity, noise, preset, "agnews")
     assert "selections of the agnews prior" in text and _header_of(text)[3] == "Jaccard vs raw"
-    raw = build_profile(table, identity, prior_task="agnews", metric="h1_w1", fraction=0.05, normalization="raw")
+    raw = build_profile(
+        table, identity, CardSettings(prior_task="agnews", metric="h1_w1", fraction=0.05, normalization="raw")
+    )
     assert _row_of(text, "5%", "raw (used)")[2:] == [", ".join(raw.trainable), "1.00"]
 
 
@@ -777,7 +779,7 @@ def test_prior_seed_section_shows_agreement_and_each_picked_matrix(tiny_drift):
     from topotuner_lab.profiles.select import build_profile
 
     identity, table, noise = tiny_drift
-    card = build_profile(table, identity, prior_task="sst2", count=3)
+    card = build_profile(table, identity, CardSettings(prior_task="sst2", count=3))
     cards = {("tiny", "sst2"): {0: card, 1: card}}  # two prior runs that agree exactly
     text = sections.prior_seed_section(cards, "high-drift")
     assert text.startswith("\n## Does the high-drift card hold across prior runs?")

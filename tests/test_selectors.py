@@ -83,7 +83,9 @@ def _quadrant(strategy: str) -> set[str]:
 )
 def test_each_joint_strategy_trains_its_quadrant(quadrant_table, strategy, budget):
     identity = _identity(list(quadrant_table["pid"]))
-    card = build_profile(quadrant_table, identity, prior_task="sst2", strategy=strategy, normalization="raw", **budget)
+    card = build_profile(
+        quadrant_table, identity, CardSettings(prior_task="sst2", strategy=strategy, normalization="raw", **budget)
+    )
     assert set(card.trainable) == _quadrant(strategy)
     assert card.metric == "h0_w1" and card.budget == budget and card.strategy == strategy
     assert {r["pid"] for r in card.ranking[:4]} == _quadrant(strategy)  # the quadrant ranks first
@@ -100,10 +102,14 @@ def test_the_joint_pool_keeps_only_matrices_extreme_in_drift_or_magnitude():
     table, identity = _table(values), _identity(list(values))
     unpooled = selector_scores(table, ["joint-hh"], normalization="raw")["joint-hh"]
     assert unpooled.idxmax() == "L2.q"
-    one = build_profile(table, identity, prior_task="sst2", strategy="joint-hh", count=1, normalization="raw")
+    one = build_profile(
+        table, identity, CardSettings(prior_task="sst2", strategy="joint-hh", count=1, normalization="raw")
+    )
     assert one.trainable in (["L0.q"], ["L1.q"]) and one.ranking[-1]["pid"] == "L3.q"
     assert {r["pid"] for r in one.ranking[:2]} == {"L0.q", "L1.q"}  # the pool ranks before C
-    two = build_profile(table, identity, prior_task="sst2", strategy="joint-hh", count=2, normalization="raw")
+    two = build_profile(
+        table, identity, CardSettings(prior_task="sst2", strategy="joint-hh", count=2, normalization="raw")
+    )
     assert "L2.q" in two.trainable  # top-2 pools hold C
 
 
@@ -139,10 +145,9 @@ def test_a_per_kind_joint_card_picks_what_the_reference_script_picks(mode):
     card = build_profile(
         table,
         identity,
-        prior_task="gsm8k",
-        strategy=f"joint-{mode.lower()}",
-        per_kind={"v": 5, "o": 5},
-        normalization="raw",
+        CardSettings(
+            prior_task="gsm8k", strategy=f"joint-{mode.lower()}", per_kind={"v": 5, "o": 5}, normalization="raw"
+        ),
     )
     for kind in ("v", "o"):
         drift = {layer: values[f"L{layer}.{kind}"]["h0_w1"] for layer in range(layers)}
@@ -156,15 +161,21 @@ def test_joint_strategies_refuse_what_they_cannot_rank(quadrant_table):
     identity = _identity(list(quadrant_table["pid"]))
     with pytest.raises(ProfileError, match="noise-z scores can be negative"):
         build_profile(
-            quadrant_table, identity, prior_task="sst2", strategy="joint-hl", count=2, normalization="noise-z"
+            quadrant_table,
+            identity,
+            CardSettings(prior_task="sst2", strategy="joint-hl", count=2, normalization="noise-z"),
         )
     with pytest.raises(ProfileError, match="(?s)no measure column 'rel_frobenius'.*without --no-magnitude"):
         build_profile(
-            quadrant_table.drop(columns="rel_frobenius"), identity, prior_task="sst2", strategy="joint-ll", count=2
+            quadrant_table.drop(columns="rel_frobenius"),
+            identity,
+            CardSettings(prior_task="sst2", strategy="joint-ll", count=2),
         )
     negative = quadrant_table.assign(h0_w1=quadrant_table["h0_w1"] - 5)
     with pytest.raises(ProfileError, match="non-negative"):
-        build_profile(negative, identity, prior_task="sst2", strategy="joint-hh", count=2, normalization="raw")
+        build_profile(
+            negative, identity, CardSettings(prior_task="sst2", strategy="joint-hh", count=2, normalization="raw")
+        )
 
 
 # --- the gradient-magnitude selector ------------------------------------------------------------------------------
@@ -177,7 +188,7 @@ def test_the_gradient_strategy_ranks_by_grad_norm_and_the_card_records_the_task(
     }
     table, identity = _table(values), _identity(list(values))
     table.attrs["gradient_task"] = "agnews"
-    card = build_profile(table, identity, prior_task="sst2", strategy="gradient", count=3)
+    card = build_profile(table, identity, CardSettings(prior_task="sst2", strategy="gradient", count=3))
     expected = table.sort_values("grad_norm", ascending=False)["pid"].tolist()
     assert [r["pid"] for r in card.ranking] == expected and set(card.trainable) == set(expected[:3])
     assert card.metric == "grad_norm" and card.normalization == "raw" and card.gradient_task == "agnews"
@@ -185,9 +196,11 @@ def test_the_gradient_strategy_ranks_by_grad_norm_and_the_card_records_the_task(
     untold = table.copy()
     untold.attrs.pop("gradient_task")
     with pytest.raises(ProfileError, match="records no task"):
-        build_profile(untold, identity, prior_task="sst2", strategy="gradient", count=3)
+        build_profile(untold, identity, CardSettings(prior_task="sst2", strategy="gradient", count=3))
     with pytest.raises(ProfileError, match="with_gradient_signal"):
-        build_profile(table.drop(columns="grad_norm"), identity, prior_task="sst2", strategy="gradient", count=3)
+        build_profile(
+            table.drop(columns="grad_norm"), identity, CardSettings(prior_task="sst2", strategy="gradient", count=3)
+        )
     with pytest.raises(ProfileError, match="gradient task exactly when"):
         ProfileCard.from_dict({**card.to_dict(), "gradient_task": None})
 
@@ -236,11 +249,11 @@ def test_a_matched_per_kind_card_stays_within_the_global_budget(tiny_snapshot):
     assert matched_per_kind(identity.shapes, identity.total_params, 0.10) == dict.fromkeys(KINDS, 1)
     assert matched_per_kind(identity.shapes, identity.total_params, 0.18) == dict.fromkeys(KINDS, 2)
     assert matched_per_kind(identity.shapes, identity.total_params, 0.10, kinds=["v", "o"]) == {"v": 2, "o": 2}
-    card = build_profile(table, identity, prior_task="sst2", fraction=0.10, per_kind_budget=True)
+    card = build_profile(table, identity, CardSettings(prior_task="sst2", fraction=0.10, per_kind_budget=True))
     assert card.budget == {"per_kind": dict.fromkeys(KINDS, 1)} and card.trainable_fraction <= 0.10
     assert sorted(p[-1] for p in card.trainable) == sorted(KINDS)
     with pytest.raises(ProfileError, match="below one matrix of each kind"):
-        build_profile(table, identity, prior_task="sst2", fraction=0.05, per_kind_budget=True)
+        build_profile(table, identity, CardSettings(prior_task="sst2", fraction=0.05, per_kind_budget=True))
     shapes = {f"L{layer}.{kind}": [8, 8] for layer in range(4) for kind in KINDS}
     assert matched_per_kind(shapes, 2048, 0.25) == dict.fromkeys(KINDS, 2)  # 8 matrices of 64 fill 512 exactly
     with pytest.raises(ProfileError, match="no fraction was given"):
@@ -308,7 +321,7 @@ def test_rank_agreement_of_a_selector_with_itself_is_one_and_with_its_reverse_mi
 def test_selector_scores_order_the_projections_as_a_card_ranks_them(drift_and_signals, strategy):
     table, identity = drift_and_signals
     oriented = selector_scores(table, [strategy], seed=3)[strategy]
-    card = build_profile(table, identity, prior_task="sst2", strategy=strategy, count=len(table), seed=3)
+    card = build_profile(table, identity, CardSettings(prior_task="sst2", strategy=strategy, count=len(table), seed=3))
     assert [r["pid"] for r in card.ranking] == list(oriented.sort_values(ascending=False, kind="stable").index)
     ranking = strategy_scores(table, strategy, seed=3)
     assert np.allclose([r["score"] for r in card.ranking], ranking.scores[[r["pid"] for r in card.ranking]])

@@ -17,7 +17,7 @@ from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.drift.signals import SIGNALS, signal_table, with_signals
 from topotuner_lab.drift.tables import save_table
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.topology.spectral import condition_number, powerlaw_alpha, powerlaw_fit, spectrum_snr
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.projections import enumerate_projections
@@ -100,7 +100,9 @@ def test_each_selector_ranks_a_card_by_its_column(pretrained_and_table, strategy
     pre, table = pretrained_and_table
     joined = with_signals(table, pre)
     assert set(SIGNALS) <= set(joined.columns) and joined.attrs == table.attrs
-    card = build_profile(joined, ModelIdentity.from_snapshot(pre), prior_task="sst2", strategy=strategy, count=3)
+    card = build_profile(
+        joined, ModelIdentity.from_snapshot(pre), CardSettings(prior_task="sst2", strategy=strategy, count=3)
+    )
     expected = signal_table(pre).sort_values(column, ascending=not descending, kind="stable")["pid"].tolist()
     assert [r["pid"] for r in card.ranking] == expected and card.metric == column and card.normalization == "raw"
     assert set(card.trainable) == set(expected[:3])
@@ -123,7 +125,7 @@ def test_a_selector_without_its_column_says_how_to_add_it(pretrained_and_table):
 
     pre, table = pretrained_and_table
     with pytest.raises(ProfileError, match="with_signals"):
-        build_profile(table, ModelIdentity.from_snapshot(pre), prior_task="sst2", strategy="snr", count=2)
+        build_profile(table, ModelIdentity.from_snapshot(pre), CardSettings(prior_task="sst2", strategy="snr", count=2))
 
 
 def test_a_signal_joins_by_projection_id_keeping_the_tables_attrs(pretrained_and_table):

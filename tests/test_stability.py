@@ -11,7 +11,7 @@ from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.profiles.card import ModelIdentity
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.study.stability import (
     drift_over_seeds,
     jaccard,
@@ -35,7 +35,7 @@ def cards_by_seed(tiny_snapshot):
     def card(noise_seed: int):
         after = perturb_snapshot(tiny_snapshot, 0.05, seed=noise_seed)
         table = drift_table(tiny_snapshot, after, settings, n_jobs=1, cache=cache)
-        return build_profile(table, identity, prior_task="sst2", count=3)
+        return build_profile(table, identity, CardSettings(prior_task="sst2", count=3))
 
     return {0: card(0), 1: card(0), 2: card(7)}
 

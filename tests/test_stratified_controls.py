@@ -12,7 +12,7 @@ from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.drift.tables import save_table
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
-from topotuner_lab.profiles.select import build_profile, kind_composition
+from topotuner_lab.profiles.select import CardSettings, build_profile, kind_composition
 from topotuner_lab.weights.snapshot import perturb_snapshot, save_snapshot
 
 
@@ -26,7 +26,7 @@ def table_and_identity(tiny_snapshot):
 
 def test_per_kind_budgets_rank_within_each_kind(table_and_identity):
     table, identity = table_and_identity
-    card = build_profile(table, identity, prior_task="sst2", per_kind={"k": 1, "v": 2})
+    card = build_profile(table, identity, CardSettings(prior_task="sst2", per_kind={"k": 1, "v": 2}))
     assert kind_composition(card) == {"k": 1, "v": 2} and card.budget == {"per_kind": {"k": 1, "v": 2}}
     scores = {r["pid"]: r["score"] for r in card.ranking}
     best_k = max((p for p in scores if p.endswith(".k")), key=scores.get)
@@ -36,10 +36,12 @@ def test_per_kind_budgets_rank_within_each_kind(table_and_identity):
 
 def test_the_stratified_control_matches_the_cards_kinds_and_count_and_varies_by_seed(table_and_identity):
     table, identity = table_and_identity
-    topology = build_profile(table, identity, prior_task="sst2", count=3)
+    topology = build_profile(table, identity, CardSettings(prior_task="sst2", count=3))
     composition = kind_composition(topology)
     controls = [
-        build_profile(table, identity, prior_task="sst2", strategy="random", per_kind=composition, seed=seed)
+        build_profile(
+            table, identity, CardSettings(prior_task="sst2", strategy="random", per_kind=composition, seed=seed)
+        )
         for seed in range(6)
     ]
     for control in controls:
@@ -59,7 +61,7 @@ def test_the_stratified_control_matches_the_cards_kinds_and_count_and_varies_by_
 def test_bad_per_kind_budgets_are_clear_errors(table_and_identity, per_kind, message):
     table, identity = table_and_identity
     with pytest.raises(ProfileError, match=message):
-        build_profile(table, identity, prior_task="sst2", per_kind=per_kind)
+        build_profile(table, identity, CardSettings(prior_task="sst2", per_kind=per_kind))
 
 
 def test_per_kind_on_the_command_line(tmp_path, tiny_snapshot, table_and_identity, capsys):

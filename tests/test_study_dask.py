@@ -23,9 +23,10 @@ import topotuner_lab.study.protocol as protocol
 from topotuner_lab._io.errors import ParameterError
 from topotuner_lab.cli import main
 from topotuner_lab.drift.executors import dask_client
+from topotuner_lab.study.cards import CardKey
 from topotuner_lab.study.distributed import Cluster
 from topotuner_lab.study.presets import PRESETS
-from topotuner_lab.study.protocol import CardKey, run_study
+from topotuner_lab.study.protocol import run_study
 
 #: two priors share the full-FT arm's runs; every sweep's best rate is at an edge of its grid: each is extended once
 GRID = replace(

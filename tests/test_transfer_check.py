@@ -13,7 +13,7 @@ from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.profiles.card import ModelIdentity
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.tasks.specs import load_task
 from topotuner_lab.training.transfer import (
     TransferCheckSettings,
@@ -32,7 +32,7 @@ SMALL = TransferCheckSettings(n_rows=8, max_length=32, batch_size=4)
 def card(tiny_llama):
     pre = extract_snapshot(tiny_llama)
     table = drift_table(pre, perturb_snapshot(pre, 0.05), DriftSettings(maxdim=0), n_jobs=1, cache=DriftCache(None))
-    return build_profile(table, ModelIdentity.from_snapshot(pre), prior_task="sst2", count=3)
+    return build_profile(table, ModelIdentity.from_snapshot(pre), CardSettings(prior_task="sst2", count=3))
 
 
 def test_a_task_against_itself_agrees_fully_and_another_task_less(tiny_llama, card):
@@ -93,7 +93,9 @@ def test_the_gradient_selector_ranks_by_the_target_tasks_gradient_magnitude(tiny
     rms = {pid: float(np.sqrt(np.mean(np.square(g, dtype=np.float64)))) for pid, g in gradients.items()}
     assert np.allclose(joined.set_index("pid")["grad_norm"], pd.Series(rms)[table["pid"]])
     assert joined.attrs == {**table.attrs, "gradient_task": "agnews"} and "gradient_task" not in table.attrs
-    card = build_profile(joined, ModelIdentity.from_snapshot(pre), prior_task="sst2", strategy="gradient", count=3)
+    card = build_profile(
+        joined, ModelIdentity.from_snapshot(pre), CardSettings(prior_task="sst2", strategy="gradient", count=3)
+    )
     by_gradient = sorted(rms, key=rms.__getitem__, reverse=True)
     assert [r["pid"] for r in card.ranking] == by_gradient and set(card.trainable) == set(by_gradient[:3])
     assert card.gradient_task == "agnews" and card.prior_task == "sst2" and card.metric == "grad_norm"

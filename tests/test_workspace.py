@@ -19,7 +19,7 @@ from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.drift.tables import load_table
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.study.workspace import (
     WorkDir,
     drift_table_once,
@@ -412,7 +412,9 @@ def test_finetune_once_trains_again_when_its_card_changed(tmp_path, tiny_llama, 
     identity = ModelIdentity.from_snapshot(tiny_snapshot)
 
     def card(path: Path, threshold: float = 0.5, **how: Any) -> str:
-        build_profile(table, identity, prior_task="sst2", stop_threshold=threshold, **{"count": 2, **how}).save(path)
+        build_profile(
+            table, identity, CardSettings(prior_task="sst2", stop_threshold=threshold, **{"count": 2, **how})
+        ).save(path)
         return str(path)
 
     extra = {"lora_rank": "match"} if method == "lora" else {"stop_threshold": "card"}
@@ -506,13 +508,13 @@ def test_finetune_once_a_full_run_stopping_on_a_cards_threshold_follows_that_thr
     table = drift_table(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.05), DriftSettings(maxdim=0), **FAST)
     identity = ModelIdentity.from_snapshot(tiny_snapshot)
     path = tmp_path / "card.json"
-    build_profile(table, identity, prior_task="sst2", count=2, stop_threshold=0.5).save(path)
+    build_profile(table, identity, CardSettings(prior_task="sst2", count=2, stop_threshold=0.5)).save(path)
     cfg = FinetuneConfig(output_dir=str(tmp_path / "run"), profile=str(path), stop_threshold="card")
     finetune_once(tiny_llama, cfg)
-    build_profile(table, identity, prior_task="sst2", count=4, stop_threshold=0.5).save(path)
+    build_profile(table, identity, CardSettings(prior_task="sst2", count=4, stop_threshold=0.5)).save(path)
     finetune_once(tiny_llama, cfg)
     assert len(runs) == 1  # full FT trains every matrix: the card's picks do not matter, its threshold does
-    build_profile(table, identity, prior_task="sst2", count=4, stop_threshold=0.7).save(path)
+    build_profile(table, identity, CardSettings(prior_task="sst2", count=4, stop_threshold=0.7)).save(path)
     finetune_once(tiny_llama, cfg)
     assert len(runs) == 2
 

@@ -8,6 +8,7 @@ keys), and the CLI generates its options from the same metadata (``cli.options``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import reprlib
 import types
@@ -73,6 +74,43 @@ def optional(check: Check) -> Check:
 REQUIRED: Any = dataclasses.MISSING
 
 
+@functools.cache
+def _literal_choices(config: type) -> dict[str, tuple[Any, ...]]:
+    """The values each ``Literal``-annotated field of ``config`` allows (``Literal[...] | None`` adds None).
+
+    Types that do not resolve at run time (a name known only to a function's scope) give no choices.
+    """
+    try:
+        hints = typing.get_type_hints(config)
+    except NameError:
+        return {}
+    choices: dict[str, tuple[Any, ...]] = {}
+    for name, hint in hints.items():
+        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        parts = typing.get_args(hint) if union else (hint,)
+        literals = [part for part in parts if typing.get_origin(part) is typing.Literal]
+        if len(literals) == 1 and all(part is type(None) or part is literals[0] for part in parts):
+            choices[name] = typing.get_args(literals[0]) + ((None,) if type(None) in parts else ())
+    return choices
+
+
+def field_choices(config: type, f: dataclasses.Field[Any]) -> tuple[Any, ...] | None:
+    """The values field ``f`` of ``config`` may take: ``opt(choices=...)``, else its ``Literal`` type's; None: any.
+
+    A field typed ``Method = Literal["full", "lora"]`` so declares its choices once, for validation and for the CLI.
+
+    Examples
+    --------
+    >>> @dataclass(frozen=True)
+    ... class Example(Config):
+    ...     size: typing.Literal["small", "large"] = opt("small", "how big")
+    >>> field_choices(Example, dataclasses.fields(Example)[0])
+    ('small', 'large')
+    """
+    given = f.metadata.get("choices")
+    return tuple(given) if given is not None else _literal_choices(config).get(f.name)
+
+
 def opt(
     default: Any,
     help: str,
@@ -123,7 +161,7 @@ class Config:
             if isinstance(f.default, tuple) and isinstance(value, list):  # JSON and callers give lists
                 value = tuple(value)
                 object.__setattr__(self, f.name, value)
-            choices, check = f.metadata.get("choices"), f.metadata.get("check")
+            choices, check = field_choices(type(self), f), f.metadata.get("check")
             if choices is not None and value not in choices:
                 self.fail(
                     f"{f.name}={shown(value)} is not one of {', '.join(map(str, choices))}",

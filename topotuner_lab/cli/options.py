@@ -14,7 +14,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from topotuner_lab._io.config import REQUIRED, Config
+from topotuner_lab._io.config import REQUIRED, Config, field_choices
 
 C = TypeVar("C", bound=Config)
 
@@ -43,7 +43,8 @@ def add_config_options(
 ) -> None:
     """Add one option per field of ``config`` (those with ``cli=True``, less ``skip``).
 
-    Flags, type, default, choices and help come from the field itself (:func:`topotuner_lab._io.config.opt`). With
+    Flags, type, default, choices and help come from the field itself (:func:`topotuner_lab._io.config.opt`; the
+    choices from its ``Literal`` type where ``opt`` names none: :func:`topotuner_lab._io.config.field_choices`). With
     ``only_given`` an option left off the command line sets nothing, so :func:`config_from_args` takes that field
     from its ``base`` (a recipe) instead of the class default.
     """
@@ -63,7 +64,7 @@ def add_config_options(
         kwargs: dict[str, Any] = {
             "dest": f.name,
             "type": meta.get("parse") or _value_type(hints[f.name]),
-            "choices": meta.get("choices"),
+            "choices": field_choices(config, f),
         }
         if default is REQUIRED:
             kwargs["required"] = True

@@ -91,7 +91,7 @@ def _cmd_profile(args: argparse.Namespace) -> None:
     if FIXED_RANKINGS.get(settings.strategy, ("",))[0] in SIGNALS:  # a selector ranking the pretrained statistics
         table = with_signals(table, pretrained)
     table = _with_gradient(args, table, settings.strategy, loaded)
-    card = build_profile(table, identity, noise=noise, **settings.to_dict())
+    card = build_profile(table, identity, settings, noise=noise)
     _save(args, card)
     _report_noise(args, table, noise, card)
 

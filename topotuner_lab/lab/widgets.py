@@ -32,7 +32,7 @@ from topotuner_lab.profiles.card import (
     ModelIdentity,
     ProfileCard,
 )
-from topotuner_lab.profiles.select import MIN_NOISE_DRAWS, build_profile
+from topotuner_lab.profiles.select import MIN_NOISE_DRAWS, CardSettings, build_profile
 from topotuner_lab.tasks.specs import TASKS, TaskSpec, get_task
 from topotuner_lab.topology.persistence import diagrams
 from topotuner_lab.weights.projections import parse_pid
@@ -462,14 +462,16 @@ class ProfileBuilder(w.VBox):
             self.card = build_profile(
                 self.table,
                 self.identity,
-                prior_task=self.prior_task,
-                strategy=self.strategy.value,
-                metric=self.metric,
-                seed=self.seed,
-                stop_threshold=self.stop_threshold,
-                normalization=self.normalization.value,
+                CardSettings(
+                    prior_task=self.prior_task,
+                    strategy=self.strategy.value,
+                    metric=self.metric,
+                    seed=self.seed,
+                    stop_threshold=self.stop_threshold,
+                    normalization=self.normalization.value,
+                    **budget,
+                ),
                 noise=self.noise,
-                **budget,
             )
         except Exception as exc:  # shown in the widget: an observer's exception would be lost in the kernel log
             self.card, self.check = None, None

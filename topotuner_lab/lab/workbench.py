@@ -20,7 +20,7 @@ from topotuner_lab.drift.noise import NoiseCheck, noise_check
 from topotuner_lab.drift.settings import RECIPES, DriftSettings
 from topotuner_lab.drift.tables import load_table
 from topotuner_lab.profiles.card import ProfileCard
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.study.protocol import select_rate
 from topotuner_lab.study.stats import two_way_bootstrap
 from topotuner_lab.study.workspace import (
@@ -31,7 +31,7 @@ from topotuner_lab.study.workspace import (
     run_snapshot,
     snapshot_once,
 )
-from topotuner_lab.training.config import FinetuneConfig
+from topotuner_lab.training.config import FinetuneConfig, Method
 from topotuner_lab.training.results import RunResults, load_results
 from topotuner_lab.weights.models import LoadedModel, load_model
 from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
@@ -129,13 +129,15 @@ def card_stability(
         cards[seed] = build_profile(
             table,
             profile.model,
-            prior_task=profile.prior_task,
-            strategy=profile.strategy,
-            metric=profile.metric,
-            seed=profile.seed,
-            normalization=profile.normalization,
+            CardSettings(
+                prior_task=profile.prior_task,
+                strategy=profile.strategy,
+                metric=profile.metric,
+                seed=profile.seed,
+                normalization=profile.normalization,
+                **profile.budget,
+            ),
             noise=noise,
-            **profile.budget,
         )
     return stability_table(cards), drift_over_seeds(cards)
 
@@ -249,7 +251,7 @@ def train_methods(
     card: str | Path,
     work_dir: str | Path,
     task: str,
-    methods: tuple[str, ...] = ("full", "lora", "profile"),
+    methods: tuple[Method, ...] = ("full", "lora", "profile"),
     *,
     stop_threshold: float | None = None,
     lr_grid: Mapping[str, Sequence[float]] | None = None,
@@ -395,7 +397,9 @@ def card_pair(
     else:
         recipe = card_recipe(a)  # the control ranks the same table: the prior task's, under the card's recipe
         table = load_table(recipe_work(work_dir, recipe if recipe in RECIPES else "default").drift_table(a.prior_task))
-        b = build_profile(table, a.model, prior_task=a.prior_task, strategy="magnitude", seed=a.seed, **a.budget)
+        b = build_profile(
+            table, a.model, CardSettings(prior_task=a.prior_task, strategy="magnitude", seed=a.seed, **a.budget)
+        )
     label = lambda c: f"{c.model.name} {c.prior_task} {c.strategy}"
     labels = (label(a), label(b))
     return a, b, labels if labels[0] != labels[1] else ("A: " + labels[0], "B: " + labels[1])

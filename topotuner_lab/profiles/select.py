@@ -495,20 +495,10 @@ def _budget(count: int | None, fraction: float | None, per_kind: dict[str, int] 
 def build_profile(
     table: pd.DataFrame,
     identity: ModelIdentity,
+    settings: CardSettings,
     *,
-    prior_task: str,
-    strategy: str = "high-drift",
-    metric: str = columns.DEFAULT_METRIC,
-    count: int | None = None,
-    fraction: float | None = None,
-    per_kind: dict[str, int] | None = None,
-    per_kind_budget: bool = False,
-    seed: int = 0,
-    stop_threshold: float | None = None,
-    drift_settings: dict[str, Any] | None = None,
-    normalization: str = DEFAULT_NORMALIZATION,
     noise: Sequence[pd.DataFrame] = (),
-    allow_partial: bool = False,
+    drift_settings: dict[str, Any] | None = None,
 ) -> ProfileCard:
     """Build a profile card from a drift table (one row per projection id).
 
@@ -517,45 +507,52 @@ def build_profile(
     table : drift table (``drift_table`` / ``load_table``), one row per projection id. The card records its drift
         settings and their recipe, and ``attrs["aggregation"]`` (``final`` unless the table says ``mean``).
     identity : the pretrained model (``ModelIdentity.from_snapshot``); the table must be of this model.
-    strategy : ``high-drift``, ``low-drift``, the controls ``random`` and ``magnitude``, the field's selectors
-        ``snr`` (Spectrum), ``alpha`` (WeightWatcher), ``kappa`` (PEFT KappaTune), which rank by their columns
-        (:func:`topotuner_lab.drift.signals.with_signals` adds them to a table), ``gradient`` (the target task's
-        gradient magnitude ``grad_norm``, added with its task by ``training.transfer.with_gradient_signal``; the
-        card records the task), or the authors' joint selectors ``joint-hh``, ``joint-hl``, ``joint-lh``,
-        ``joint-ll`` (drift high/low, magnitude high/low; :func:`joint_ranking`, pooled at the budget's count).
-    metric : drift column to rank by (``magnitude`` always ranks by ``rel_frobenius``).
-    count, fraction, per_kind : the budget, exactly one: a number of matrices, a fraction in (0, 1] of all model
-        parameters (0.01 is 1%; the CLI's ``--budget`` takes percent), or a number of matrices per projection kind
-        (ranked within each kind; ``strategy="random"`` with :func:`kind_composition` of a card is its stratified
-        control: the same kinds and count, picked at random).
-    per_kind_budget : with ``fraction``: the per-kind budget :func:`matched_per_kind` makes of it (the card records
-        the per-kind counts).
-    normalization : one of ``NORMALIZATIONS`` (see :func:`normalized_scores`); ``noise`` tables for ``noise-z``.
-    allow_partial : accept a table without some of the model's projections (they stay frozen, unranked); else such
-        a table is refused, as is one of another model or with negative drift (:func:`check_table_fits`).
+    settings : how the card is chosen (:class:`CardSettings`, checked when it is made): the prior task, the
+        strategy, the metric, the normalization, exactly one budget, the seed, the stop threshold, ``allow_partial``.
+
+        - ``strategy``: ``high-drift``, ``low-drift``, the controls ``random`` and ``magnitude``, the field's
+          selectors ``snr`` (Spectrum), ``alpha`` (WeightWatcher), ``kappa`` (PEFT KappaTune), which rank by their
+          columns (:func:`topotuner_lab.drift.signals.with_signals` adds them to a table), ``gradient`` (the target
+          task's gradient magnitude ``grad_norm``, added with its task by ``training.transfer.with_gradient_signal``;
+          the card records the task), or the authors' joint selectors ``joint-hh``, ``joint-hl``, ``joint-lh``,
+          ``joint-ll`` (drift high/low, magnitude high/low; :func:`joint_ranking`, pooled at the budget's count).
+        - ``metric``: drift column to rank by (``magnitude`` always ranks by ``rel_frobenius``).
+        - ``count``, ``fraction``, ``per_kind``: the budget, exactly one: a number of matrices, a fraction in (0, 1]
+          of all model parameters (0.01 is 1%; the CLI's ``--budget`` takes percent), or a number of matrices per
+          projection kind (ranked within each kind; ``strategy="random"`` with :func:`kind_composition` of a card is
+          its stratified control: the same kinds and count, picked at random).
+        - ``per_kind_budget``: with ``fraction``, the per-kind budget :func:`matched_per_kind` makes of it (the card
+          records the per-kind counts).
+        - ``normalization``: one of ``NORMALIZATIONS`` (see :func:`normalized_scores`).
+        - ``allow_partial``: accept a table without some of the model's projections (they stay frozen, unranked);
+          else such a table is refused, as is one of another model or with negative drift (:func:`check_table_fits`).
+    noise : noise-floor tables, for ``normalization="noise-z"``.
+    drift_settings : the drift settings the table was computed with, recorded in the card (default: the table's
+        ``attrs["settings"]``).
+
+    Returns
+    -------
+    ProfileCard
+        The card: the ranking, the trainable and frozen ids in model order, the budget and where it all came from.
+
+    Examples
+    --------
+    >>> settings = CardSettings(prior_task="sst2", fraction=0.01)  # 1% of the model's parameters, high drift
+    >>> settings.strategy, settings.normalization
+    ('high-drift', 'per-point')
     """
-    CardSettings(
-        prior_task=prior_task,
-        strategy=strategy,
-        metric=metric,
-        normalization=normalization,
-        count=count,
-        fraction=fraction,
-        per_kind=per_kind,
-        per_kind_budget=per_kind_budget,
-        seed=seed,
-        stop_threshold=stop_threshold,
-        allow_partial=allow_partial,
+    ranking = strategy_scores(
+        table, settings.strategy, settings.metric, settings.normalization, noise, seed=settings.seed
     )
-    ranking = strategy_scores(table, strategy, metric, normalization, noise, seed=seed)
-    check_table_fits(table, identity, allow_partial=allow_partial)
-    gradient_task = table.attrs.get("gradient_task") if strategy == "gradient" else None
-    if strategy == "gradient" and not isinstance(gradient_task, str):
+    check_table_fits(table, identity, allow_partial=settings.allow_partial)
+    gradient_task = table.attrs.get("gradient_task") if settings.strategy == "gradient" else None
+    if settings.strategy == "gradient" and not isinstance(gradient_task, str):
         raise ProfileError(
             "the drift table's grad_norm column records no task (table.attrs['gradient_task'])",
             "add the column with training.transfer.with_gradient_signal(table, loaded, task), which records the task",
         )
-    if per_kind_budget:
+    count, fraction, per_kind = settings.count, settings.fraction, settings.per_kind
+    if settings.per_kind_budget:
         assert fraction is not None  # checked by CardSettings
         per_kind, fraction = matched_per_kind(identity.shapes, identity.total_params, fraction), None
     params = param_counts(identity.shapes)
@@ -565,7 +562,7 @@ def build_profile(
         k = count if count is not None else per_kind
         if k is None:  # a fraction: the count it admits from the unpooled ranking
             k = len(select_projections(scores, params, identity.total_params, descending=True, **budget)[1])
-        scores, order = joint_ranking(*ranking.parts, strategy, k)
+        scores, order = joint_ranking(*ranking.parts, settings.strategy, k)
     ranked, chosen = select_projections(
         scores, params, identity.total_params, descending=ranking.descending, order=order, **budget
     )
@@ -574,8 +571,8 @@ def build_profile(
     in_model_order = list(identity.shapes)
     return ProfileCard(
         model=identity,
-        prior_task=prior_task,
-        strategy=strategy,
+        prior_task=settings.prior_task,
+        strategy=settings.strategy,
         metric=ranking.column,
         drift_settings=recorded,
         ranking=[{"pid": p, "score": float(scores[p])} for p in ranked],
@@ -584,8 +581,8 @@ def build_profile(
         trainable_params=trainable_params,
         trainable_fraction=trainable_params / identity.total_params,
         budget=_budget(count, fraction, per_kind),
-        stop_threshold=stop_threshold,
-        seed=seed,
+        stop_threshold=settings.stop_threshold,
+        seed=settings.seed,
         normalization=ranking.normalization,
         recipe=recipe_of(recorded),
         aggregation=table.attrs.get("aggregation", "final"),

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from topotuner_lab.study.presets import RECIPE_STRATEGIES, Preset
+from topotuner_lab.training.config import LrScheduler, Method
 
-Method = Literal["full", "lora", "profile", "spectrum-top5"]
 #: the strategy of the LoRA arm as the paper runs it (rank 16, alpha 32, on q, k, v, o), not matched to a card
 PAPER_LORA = "r16"
 PAPER_LORA_RANK = 16
@@ -40,7 +40,7 @@ class RunKey:
     method: Method
     strategy: str | None = None
     budget: float | None = None
-    schedule: str = "linear"
+    schedule: LrScheduler = "linear"
     recipe: str = DEFAULT_RECIPE
 
     @property
@@ -77,7 +77,7 @@ class RunKey:
             method,  # type: ignore[arg-type]
             strategy or None,
             float(budget) if budget else None,
-            schedule or "linear",
+            schedule or "linear",  # type: ignore[arg-type]
             recipe or DEFAULT_RECIPE,
         )
 
@@ -143,6 +143,18 @@ def plan(preset: Preset) -> list[RunSpec]:
                 if key.strategy in preset.constant_lr:
                     specs.append(RunSpec(prior, target, seed, replace(key, schedule="constant"), "constant"))
     return specs
+
+
+def run_owner(preset: Preset, spec: RunSpec) -> str:
+    """The prior whose folder holds a run: its own, but an arm without a card is one run shared by every prior's row.
+
+    Full FT, the paper's LoRA and Spectrum on a target never read the prior, so each runs once per target, seed and
+    rate, in the first transferring prior's folder; the other priors' rows reuse it (the same config:
+    ``finetune_once`` finds it done).
+    """
+    if spec.key.method == "profile" or (spec.key.method == "lora" and spec.key.strategy != PAPER_LORA):
+        return spec.prior
+    return next(prior for prior in preset.prior_tasks if prior != spec.target)
 
 
 def extension_runs(results: pd.DataFrame, preset: Preset) -> int:

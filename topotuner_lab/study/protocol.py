@@ -20,8 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -32,11 +31,9 @@ from topotuner_lab._io.config import POSITIVE_INT
 from topotuner_lab._io.errors import InputFileError, ParameterError, TopoTunerError
 from topotuner_lab._io.json_files import read_json
 from topotuner_lab.drift.noise import noise_check
-from topotuner_lab.drift.settings import DriftSettings
-from topotuner_lab.drift.signals import SIGNALS, with_relchange, with_signals
 from topotuner_lab.drift.tables import save_table
-from topotuner_lab.profiles.card import FIXED_RANKINGS, ModelIdentity, ProfileCard
-from topotuner_lab.profiles.select import build_profile, kind_composition
+from topotuner_lab.profiles.card import ProfileCard
+from topotuner_lab.study.cards import Cards, Log, card_for, cards_for_prior, prior_drift
 from topotuner_lab.study.markdown import markdown_table
 from topotuner_lab.study.plan import (
     DEFAULT_RECIPE,
@@ -46,48 +43,25 @@ from topotuner_lab.study.plan import (
     RunKey,
     RunSpec,
     plan,
+    run_owner,
     transfers,
 )
-from topotuner_lab.study.presets import RECIPE_CARDS, RECIPE_STRATEGIES, Preset
+from topotuner_lab.study.presets import Preset
 from topotuner_lab.study.workspace import (
     WorkDir,
-    drift_table_once,
-    epoch_drift_once,
     finetune_once,
     noise_tables_once,
     reuse_or_compute,
-    run_epoch_snapshots,
-    run_snapshot,
     snapshot_once,
-    task_tag,
 )
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.machine import machine
 from topotuner_lab.training.results import RunResults
-from topotuner_lab.training.transfer import TransferCheckSettings, transfer_check, with_gradient_signal
+from topotuner_lab.training.transfer import TransferCheckSettings, transfer_check
 from topotuner_lab.weights.models import PACKAGED_MODELS, LoadedModel, embedded_gguf_path, load_model
-from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
 if TYPE_CHECKING:
     from topotuner_lab.study.distributed import Cluster
-
-Log = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class CardKey:
-    """Which card: prior task, strategy, budget, drift recipe, and the target for target-ranked selectors."""
-
-    prior: str
-    strategy: str
-    budget: float
-    recipe: str = DEFAULT_RECIPE
-    target: str | None = None
-    seed: int | None = None  # the training seed a stratified random control was drawn for
-
-
-#: every card of a comparison, by key
-Cards = dict[CardKey, Path]
 
 
 class Progress:
@@ -113,226 +87,6 @@ class Progress:
             eta = f", about {left * mean / self.parallel / 60:.0f} min left"
         score = f"test {result.get('metric', 'acc')} {result['test_accuracy']:.3f}"
         self.log(f"[{self.done}/{self.planned}] {label}: {score}{eta}")
-
-
-def drift_settings(preset: Preset, recipe: str) -> DriftSettings:
-    """The drift settings of a recipe's tables: the preset's own for ``default``, the named recipe's otherwise."""
-    return preset.drift if recipe == DEFAULT_RECIPE else DriftSettings.recipe(recipe)
-
-
-def prior_seed_dir(work: WorkDir, preset: Preset, seed: int) -> WorkDir:
-    """Where a prior seed's fine-tunes and tables live: the folder itself for the preset's first, else its own."""
-    return work if seed == preset.prior_seeds[0] else work.prior_seed(seed)
-
-
-def _prior_drift(
-    preset: Preset,
-    loaded: LoadedModel,
-    pre: Snapshot,
-    prior: str,
-    work: WorkDir,
-    log: Log,
-    recipes: tuple[str, ...],
-) -> dict[tuple[int, str], pd.DataFrame]:
-    """Prior full fine-tunes (one per prior seed) -> their drift tables per recipe, each step reused when verified.
-
-    Returns ``(prior seed, recipe) -> table``. A recipe that aggregates over epochs has the prior keep a snapshot
-    per epoch; its table averages the per-epoch tables.
-    """
-    per_epoch = any(RECIPE_CARDS[r][0] != "final" for r in recipes)
-    tables: dict[tuple[int, str], pd.DataFrame] = {}
-    for seed in preset.prior_seeds:
-        folder = prior_seed_dir(work, preset, seed)
-        prior_cfg = replace(
-            preset.prior,
-            method="full",
-            task=prior,
-            seed=seed,
-            data_seed=seed,
-            output_dir=str(folder.prior_run(prior)),
-            save_snapshot=True,
-            save_epoch_snapshots=per_epoch,
-            eval_each_epoch=False,
-            stop_threshold=None,
-            n_val=0,
-        )
-        res = finetune_once(loaded, prior_cfg, log)
-        for recipe in recipes:
-            settings, path = drift_settings(preset, recipe), folder.recipe(recipe).drift_table(prior)
-            aggregation = RECIPE_CARDS[recipe][0]
-            if aggregation == "final":
-                after = load_snapshot(run_snapshot(res, prior_cfg.output_dir))
-                tables[seed, recipe] = drift_table_once(pre, after, path, settings, log=log)
-            else:
-                epochs = [load_snapshot(p) for p in run_epoch_snapshots(res, prior_cfg.output_dir)]
-                tables[seed, recipe] = epoch_drift_once(pre, epochs, path, aggregation, settings, log=log)
-    return tables
-
-
-def _card_specs(preset: Preset) -> list[tuple[str, str, float]]:
-    """(recipe, strategy, budget) of every card a prior gets: every strategy, drift-ranked ones per further recipe."""
-    return [
-        (recipe, strategy, budget)
-        for budget in preset.budgets
-        for recipe in preset.recipes
-        for strategy in preset.strategies
-        if recipe == DEFAULT_RECIPE or strategy in RECIPE_STRATEGIES
-    ]
-
-
-def _cards_for_prior(
-    preset: Preset,
-    tables: dict[str, pd.DataFrame],
-    noise: list[pd.DataFrame],
-    pre: Snapshot,
-    loaded: LoadedModel,
-    prior: str,
-    work: WorkDir,
-    log: Log,
-) -> Cards:
-    """One card per (recipe, strategy, budget; target for the gradient selector), rebuilt from verified tables.
-
-    Rebuilding is cheap and never stale. ``tables`` maps a recipe to the first prior seed's table. The field's
-    selectors get their columns joined first (pretrained statistics; the target task's gradient).
-    """
-    identity = ModelIdentity.from_snapshot(pre)
-    cards: Cards = {}
-    if any(s in FIXED_RANKINGS and FIXED_RANKINGS[s][0] in SIGNALS for s in preset.strategies):
-        tables = {recipe: with_signals(table, pre) for recipe, table in tables.items()}  # once: an SVD per matrix
-    if "relchange" in preset.strategies:  # the authors' element-wise relative change of the prior fine-tune
-        after = load_snapshot(work.finetuned(prior))
-        tables = {**tables, DEFAULT_RECIPE: with_relchange(tables[DEFAULT_RECIPE], pre, after)}
-    gradients: dict[str, pd.DataFrame] = {}
-    stratified = any(s in RECIPE_STRATEGIES for s in preset.strategies)  # random controls drawn per seed below
-    for recipe, strategy, budget in _card_specs(preset):
-        if (strategy == "random" and stratified) or (recipe == DEFAULT_RECIPE and strategy in preset.match_kinds):
-            continue  # drawn below, with the topology card's kinds
-        table = tables[recipe]
-        targets: list[str | None] = [None]
-        if strategy == "gradient":
-            targets = list(preset.target_tasks)
-        per_kind = RECIPE_CARDS[recipe][1]
-        for target in targets:
-            ranked = table
-            name = f"{task_tag(prior)}-{strategy}" + ("" if recipe == DEFAULT_RECIPE else f"-{recipe}")
-            if target is not None:
-                if target not in gradients:
-                    log(f"gradient of {target} at the pretrained weights ({preset.transfer_rows} rows)")
-                    gradients[target] = with_gradient_signal(
-                        table, loaded, target, TransferCheckSettings(n_rows=preset.transfer_rows or 128)
-                    )
-                ranked, name = gradients[target], f"{name}-{task_tag(target)}"
-            path = work.card(f"{name}-{budget:g}")
-            build_profile(
-                ranked,
-                identity,
-                prior_task=prior,
-                strategy=strategy,
-                metric=preset.metric,
-                stop_threshold=preset.stop_threshold,
-                drift_settings=drift_settings(preset, recipe).key(),
-                normalization=preset.normalization,
-                noise=noise if recipe == DEFAULT_RECIPE else (),
-                fraction=budget,
-                per_kind_budget=per_kind,
-            ).save_unless_same(path)
-            cards[CardKey(prior, strategy, budget, recipe, target)] = path
-    cards.update(_kind_matched_cards(preset, cards, tables[DEFAULT_RECIPE], noise, identity, prior, work))
-    cards.update(_stratified_controls(preset, cards, tables[DEFAULT_RECIPE], identity, prior, work))
-    return cards
-
-
-def _topology_composition(preset: Preset, cards: Cards, prior: str, budget: float) -> dict[str, int] | None:
-    """How many matrices of each kind the preset's first topology card picks at ``budget`` (None: no such card)."""
-    topology = next((s for s in preset.strategies if s in RECIPE_STRATEGIES and s not in preset.match_kinds), None)
-    if topology is None:
-        return None
-    return kind_composition(ProfileCard.load(cards[CardKey(prior, topology, budget)]))
-
-
-def _kind_matched_cards(
-    preset: Preset,
-    cards: Cards,
-    table: pd.DataFrame,
-    noise: list[pd.DataFrame],
-    identity: ModelIdentity,
-    prior: str,
-    work: WorkDir,
-) -> Cards:
-    """The cards of ``Preset.match_kinds`` ranked within each kind, with the topology card's count of each kind.
-
-    A low-drift card ranked over all matrices can pick other kinds than the high-drift card (4 output projections
-    against 9 key/value ones), so the thesis would compare kinds as much as drift; with the same composition the two
-    differ only in which matrices of each kind they train.
-    """
-    matched: Cards = {}
-    for strategy in (s for s in preset.strategies if s in preset.match_kinds):
-        for budget in preset.budgets:
-            composition = _topology_composition(preset, cards, prior, budget)
-            if composition is None:
-                raise ParameterError(
-                    f"match_kinds names {strategy!r} but the preset has no other topology card to match",
-                    "add high-drift (or low-drift) to strategies, or empty match_kinds",
-                )
-            path = work.card(f"{task_tag(prior)}-{strategy}-kinds-{budget:g}")
-            build_profile(
-                table,
-                identity,
-                prior_task=prior,
-                strategy=strategy,
-                metric=preset.metric,
-                per_kind=composition,
-                stop_threshold=preset.stop_threshold,
-                drift_settings=preset.drift.key(),
-                normalization=preset.normalization,
-                noise=noise,
-            ).save_unless_same(path)
-            matched[CardKey(prior, strategy, budget)] = path
-    return matched
-
-
-def card_for(
-    cards: Cards, prior: str, target: str, strategy: str, budget: float, recipe: str, seed: int | None = None
-) -> Path:
-    """The card an arm trains with: the seed's own (random control), the target's own (gradient), or the prior's."""
-    key = CardKey(prior, strategy, budget, recipe, target, seed)
-    for candidate in (key, replace(key, target=None), replace(key, seed=None), replace(key, target=None, seed=None)):
-        if candidate in cards:
-            return cards[candidate]
-    raise KeyError(key)
-
-
-def _stratified_controls(
-    preset: Preset, cards: Cards, table: pd.DataFrame, identity: ModelIdentity, prior: str, work: WorkDir
-) -> Cards:
-    """A random control per training seed, sweep seeds too, with the first topology card's kinds and count.
-
-    The control differs from the topology card only in which matrices of each kind it picks, and a fresh draw per
-    seed makes the control's own randomness part of the seed-to-seed spread. Without a topology card the plain
-    random card (a fraction budget) stays the control.
-    """
-    if "random" not in preset.strategies or not any(s in RECIPE_STRATEGIES for s in preset.strategies):
-        return {}
-    controls: Cards = {}
-    for budget in preset.budgets:
-        composition = _topology_composition(preset, cards, prior, budget)
-        if composition is None:
-            return {}
-        for seed in (*preset.sweep_seeds, *preset.seeds):  # a sweep seed's run draws its own control too
-            path = work.card(f"{task_tag(prior)}-random-seed{seed}-{budget:g}")
-            build_profile(
-                table,
-                identity,
-                prior_task=prior,
-                strategy="random",
-                per_kind=composition,
-                seed=seed,
-                stop_threshold=preset.stop_threshold,
-                drift_settings=preset.drift.key(),
-                normalization=preset.normalization,
-            ).save_unless_same(path)
-            controls[CardKey(prior, "random", budget, seed=seed)] = path
-    return controls
 
 
 def config_for(preset: Preset, spec: RunSpec, cards: Cards, lr: float, run_dir: Path) -> FinetuneConfig:
@@ -481,17 +235,17 @@ def prepare(preset: Preset, work: WorkDir, log: Log) -> tuple[LoadedModel, Cards
     cards: Cards = {}
     first = preset.prior_seeds[0]
     for prior in preset.prior_tasks:
-        tables = _prior_drift(preset, loaded, pre, prior, work, log, preset.recipes)
+        tables = prior_drift(preset, loaded, pre, prior, work, log, preset.recipes)
         log(noise_check(tables[first, DEFAULT_RECIPE], noise, preset.metric, warn=True).message)
         by_recipe = {recipe: tables[first, recipe] for recipe in preset.recipes}
-        cards.update(_cards_for_prior(preset, by_recipe, noise, pre, loaded, prior, work, log))
+        cards.update(cards_for_prior(preset, by_recipe, noise, pre, loaded, prior, work, log))
     _transfer_checks(preset, cards, loaded, work, log)
     for name in preset.other_models:
         other, folder = load_model(name), work.model(name)
         other_pre = snapshot_once(other, folder.pretrained)
         noise_tables_once(other_pre, folder, preset.noise_seeds, preset.drift)
         for prior in preset.prior_tasks:
-            _prior_drift(preset, other, other_pre, prior, folder, log, (DEFAULT_RECIPE,))
+            prior_drift(preset, other, other_pre, prior, folder, log, (DEFAULT_RECIPE,))
         del other
     return loaded, cards
 
@@ -547,18 +301,6 @@ def _transfer_checks(preset: Preset, cards: Cards, loaded: LoadedModel, work: Wo
             log(str(record["verdict"]))
 
 
-def _run_owner(preset: Preset, spec: RunSpec) -> str:
-    """The prior whose folder holds a run: its own, but an arm without a card is one run shared by every prior's row.
-
-    Full FT, the paper's LoRA and Spectrum on a target never read the prior, so each runs once per target, seed and
-    rate, in the first transferring prior's folder; the other priors' rows reuse it (the same config:
-    ``finetune_once`` finds it done).
-    """
-    if spec.key.method == "profile" or (spec.key.method == "lora" and spec.key.strategy != PAPER_LORA):
-        return spec.prior
-    return next(prior for prior in preset.prior_tasks if prior != spec.target)
-
-
 class Ledger:
     """The owner's record of a comparison's runs: which can start, what each gave, and ``results.csv``.
 
@@ -594,9 +336,7 @@ class Ledger:
 
     def config(self, spec: RunSpec) -> FinetuneConfig:
         """The fine-tune config of a run whose rate is known."""
-        run_dir = self.work.target_run(
-            _run_owner(self.preset, spec), f"{spec.target}/seed{spec.seed}", spec.arm[2].name
-        )
+        run_dir = self.work.target_run(run_owner(self.preset, spec), f"{spec.target}/seed{spec.seed}", spec.arm[2].name)
         return config_for(self.preset, spec, self.cards, self.lr(spec), run_dir)
 
     def label(self, spec: RunSpec) -> str:

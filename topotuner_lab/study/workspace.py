@@ -176,7 +176,7 @@ def snapshot_once(loaded: LoadedModel, path: Path) -> Snapshot:
     return reuse_or_compute(path, load_snapshot, write, valid=lambda snap: snap.weights_hash == fresh.weights_hash)
 
 
-def _same_config(done: RunResults, cfg: FinetuneConfig) -> bool:
+def same_config(done: RunResults, cfg: FinetuneConfig) -> bool:
     """Whether ``done`` ran ``cfg``: its recorded config, with the counts asked for where the data held fewer.
 
     A run that also wrote per-epoch snapshots serves a config that does not ask for them (the training is the same),
@@ -251,7 +251,7 @@ def finetune_once(loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str],
     out = Path(cfg.output_dir)
 
     def same_training(done: RunResults) -> bool:
-        return _same_config(done, cfg) and _same_card(loaded, done, cfg)
+        return same_config(done, cfg) and _same_card(loaded, done, cfg)
 
     def run() -> RunResults:
         # a stale run's checkpoints belong to another config or card; a run stale only for its missing weights keeps

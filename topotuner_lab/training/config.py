@@ -7,17 +7,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from topotuner_lab._io.config import NON_NEGATIVE_INT, OPEN_UNIT, POSITIVE_INT, Check, Config, is_int, opt, optional
 from topotuner_lab.tasks.specs import TASKS, get_task
 
 #: ``spectrum-top5``: Spectrum's top 5% of every weight type, the embeddings and the head (training.spectrum)
-METHODS: tuple[str, ...] = ("full", "lora", "profile", "spectrum-top5")
+Method = Literal["full", "lora", "profile", "spectrum-top5"]
 #: untuned defaults, recorded in results; Spectrum at full fine-tuning's rate, as the authors ran it
 DEFAULT_LR = {"full": 3e-5, "lora": 3e-4, "profile": 2e-4, "spectrum-top5": 3e-5}
-LR_SCHEDULERS: tuple[str, ...] = ("linear", "constant", "cosine")
+LrScheduler = Literal["linear", "constant", "cosine"]
 #: training precisions: float32, or bfloat16 / float16 mixed precision (float32 weights, autocast compute)
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
+Precision = Literal["fp32", "bf16", "fp16"]
 
 TEXT = Check(lambda v: isinstance(v, str) and v != "", "a non-empty string")
 FLAG = Check(lambda v: isinstance(v, bool), "True or False")
@@ -51,10 +52,8 @@ class FinetuneConfig(Config):
 
     label = "fine-tune config"
 
-    method: str = opt(
-        "full",
-        "full fine-tuning, LoRA (peft), a profile card, or Spectrum's top 5 percent (spectrum-top5)",
-        choices=METHODS,
+    method: Method = opt(
+        "full", "full fine-tuning, LoRA (peft), a profile card, or Spectrum's top 5 percent (spectrum-top5)"
     )
     task: str = opt("sst2", f"task to train and test on: {', '.join(TASKS)}, or a task spec .yaml", check=TEXT)
     output_dir: str = opt(
@@ -111,12 +110,11 @@ class FinetuneConfig(Config):
         flags=("--lr", "--learning-rate"),
         parse=float,
     )
-    lr_scheduler: str = opt("linear", "learning-rate schedule over the epoch budget", choices=LR_SCHEDULERS)
-    precision: str = opt(
+    lr_scheduler: LrScheduler = opt("linear", "learning-rate schedule over the epoch budget")
+    precision: Precision = opt(
         "fp32",
         "training precision: fp32, or bf16 / fp16 mixed precision (float32 weights, the forward and backward in "
         "bfloat16 / float16); fp16 needs a CUDA GPU, bf16 runs on a GPU with bfloat16 (Ampere or newer) and on CPU",
-        choices=PRECISIONS,
     )
     gradient_checkpointing: bool = opt(
         False,

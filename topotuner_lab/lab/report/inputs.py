@@ -17,12 +17,12 @@ from topotuner_lab._io.errors import InputFileError
 from topotuner_lab.drift.tables import load_table
 from topotuner_lab.lab.report import ledger
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
-from topotuner_lab.profiles.select import build_profile
+from topotuner_lab.profiles.select import CardSettings, build_profile
+from topotuner_lab.study.cards import prior_seed_dir
 from topotuner_lab.study.claims import ClaimResult, ClaimRules, claim_results, pilot_labels, stopping_runs, with_holm
 from topotuner_lab.study.matrix import transfer_matrix
 from topotuner_lab.study.plan import with_key_columns
 from topotuner_lab.study.presets import RECIPE_STRATEGIES, Preset
-from topotuner_lab.study.protocol import prior_seed_dir
 from topotuner_lab.study.stability import (
     kind_counts,
     model_dependence_claims,
@@ -212,11 +212,13 @@ def seed_cards(model: ModelDrift, preset: Preset, prior: str) -> dict[int, Profi
         seed: build_profile(
             table,
             identity,
-            prior_task=prior,
-            strategy=preset.strategies[0],
-            metric=preset.metric,
-            fraction=preset.budgets[0],
-            normalization=preset.normalization,
+            CardSettings(
+                prior_task=prior,
+                strategy=preset.strategies[0],
+                metric=preset.metric,
+                fraction=preset.budgets[0],
+                normalization=preset.normalization,
+            ),
             noise=model.noise,
         )
         for seed, table in model.seed_tables.get(prior, {}).items()

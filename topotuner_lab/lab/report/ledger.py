@@ -22,10 +22,11 @@ import pandas as pd
 from topotuner_lab._io.config import Config
 from topotuner_lab._io.errors import InputFileError, TopoTunerError
 from topotuner_lab._io.json_files import read_json
-from topotuner_lab.study.plan import DEFAULT_RECIPE, RunKey, RunSpec, arms, plan, transfers
+from topotuner_lab.study.cards import CardKey
+from topotuner_lab.study.plan import DEFAULT_RECIPE, RunKey, RunSpec, arms, plan, run_owner, transfers
 from topotuner_lab.study.presets import PRESETS, Preset
-from topotuner_lab.study.protocol import CardKey, _run_owner, config_for, select_rate, summary_row
-from topotuner_lab.study.workspace import WorkDir, _same_config
+from topotuner_lab.study.protocol import config_for, select_rate, summary_row
+from topotuner_lab.study.workspace import WorkDir, same_config
 from topotuner_lab.training.results import RunResults, load_results
 
 #: what a transfer check record holds (``study.protocol`` writes them; the report's sections read these fields)
@@ -199,7 +200,7 @@ def verified_runs(out: WorkDir, results: pd.DataFrame, preset: Preset, planned: 
                 fix,
             )
         last = (position, line)
-        home = out.target_run(_run_owner(preset, spec), f"{spec.target}/seed{spec.seed}", spec.arm[2].name)
+        home = out.target_run(run_owner(preset, spec), f"{spec.target}/seed{spec.seed}", spec.arm[2].name)
         cfg = config_for(preset, spec, cards, float(spec.lr or 0), home)
         if Path(cfg.output_dir) != out.root / str(row["run_dir"]):
             raise InputFileError(
@@ -235,7 +236,7 @@ def _check_row(
     folder = Path(row["run_dir"]).parts
     if Path(str((res.get("config") or {}).get("output_dir"))).parts[-len(folder) :] != folder:
         raise InputFileError(f"{path} was written by another run (its config names another folder)", fix)
-    if not _same_config(res, dataclasses.replace(cfg, learning_rate=res.get("learning_rate"))):
+    if not same_config(res, dataclasses.replace(cfg, learning_rate=res.get("learning_rate"))):
         raise InputFileError(
             f"{path} records another config than {out.preset} plans for {spec.key.name} at seed {spec.seed} "
             "(preset.json was edited, or the folder holds runs of another comparison)",

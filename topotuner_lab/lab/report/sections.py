@@ -13,7 +13,7 @@ import pandas as pd
 from topotuner_lab._io.errors import TaskError
 from topotuner_lab.drift.noise import noise_check
 from topotuner_lab.profiles.card import NORMALIZATIONS, ModelIdentity, ProfileCard
-from topotuner_lab.profiles.select import MIN_NOISE_DRAWS, build_profile
+from topotuner_lab.profiles.select import MIN_NOISE_DRAWS, CardSettings, build_profile
 from topotuner_lab.study.claims import (
     ClaimResult,
     ClaimRules,
@@ -451,10 +451,7 @@ def normalization_section(
             norm: build_profile(
                 table,
                 identity,
-                prior_task=prior,
-                metric=preset.metric,
-                fraction=budget,
-                normalization=norm,
+                CardSettings(prior_task=prior, metric=preset.metric, fraction=budget, normalization=norm),
                 noise=noise,
             ).trainable
             for norm in NORMALIZATIONS
