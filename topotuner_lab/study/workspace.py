@@ -59,6 +59,11 @@ class WorkDir:
         """The snapshot after the full fine-tune on a prior task."""
         return self.prior_run(task) / "after.safetensors"
 
+    @property
+    def weights_facts(self) -> Path:
+        """What a report reads of the weights (identity, grid shares), kept in git where the weights are not."""
+        return self.root / "weights-facts.json"
+
     def drift_table(self, task: str) -> Path:
         """The drift table of a prior task (pretrained against its fine-tune)."""
         return self.root / f"drift-{task_tag(task)}.parquet"
