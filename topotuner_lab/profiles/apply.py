@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import os
+import warnings
+from typing import Literal
 
 import torch
 
 from topotuner_lab._io.errors import ProfileError
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
+from topotuner_lab.profiles.upstream import CONFIG_ONLY
 from topotuner_lab.weights.extract import extract_snapshot
-from topotuner_lab.weights.projections import Projection, enumerate_projections
+from topotuner_lab.weights.projections import (
+    Projection,
+    count_parameters,
+    enumerate_projections,
+    model_type,
+    parse_pid,
+)
 
 
 def identity_of(model: torch.nn.Module, name: str) -> ModelIdentity:
@@ -17,8 +26,51 @@ def identity_of(model: torch.nn.Module, name: str) -> ModelIdentity:
     return ModelIdentity.from_snapshot(extract_snapshot(model, name=name))
 
 
-def check_card_fits(card: ProfileCard, model: torch.nn.Module) -> None:
-    """Refuse a card built for another model (shapes or weight hash differ)."""
+def _check_config_shape(card: ProfileCard, model: torch.nn.Module) -> None:
+    """Refuse a config-only card whose architecture, projection shapes or parameter count differ from ``model``'s.
+
+    The projection shapes say the layers, the heads (times their size) and the hidden size; the parameter count the
+    rest of the config (vocabulary, MLP size). A card that fits is applied with a one-line warning that says so.
+    """
+    wanted = card.model
+    shapes = {p.pid: list(p.from_weight(model.get_parameter(p.param_name)).shape) for p in enumerate_projections(model)}
+    found = {"architecture": model_type(model), "parameter count": count_parameters(model)}
+    expected = {"architecture": wanted.architecture, "parameter count": wanted.total_params}
+    differ = [
+        f"{what} {expected[what]} in the card, {found[what]} here" for what in found if found[what] != expected[what]
+    ]
+    layers = [len({parse_pid(pid)[0] for pid in s}) for s in (wanted.shapes, shapes)]
+    if layers[0] != layers[1] or len(shapes) != len(wanted.shapes):
+        differ.append(f"{layers[0]} layers ({len(wanted.shapes)} projections) in the card, {layers[1]} here")
+    shape_differs = [pid for pid in wanted.shapes if pid in shapes and shapes[pid] != wanted.shapes[pid]]
+    if shape_differs:
+        pid = shape_differs[0]
+        differ.append(
+            f"{len(shape_differs)} projection shape(s), e.g. {pid} {wanted.shapes[pid]} in the card, {shapes[pid]} here"
+        )
+    if differ:
+        raise ProfileError(
+            f"card for {wanted.name!r} records its config shape only (no weight hash), and this model's differs: "
+            + "; ".join(differ),
+            f"apply the card to {wanted.name} (any checkpoint of it), or build a card for this model",
+        )
+    warnings.warn(
+        f"card for {wanted.name!r} was checked by config only ({found['architecture']}, {layers[1]} layers, "
+        f"{len(shapes)} projection shapes, {found['parameter count']:,} parameters): it records no weight hash",
+        stacklevel=3,
+    )
+
+
+def check_card_fits(card: ProfileCard, model: torch.nn.Module) -> Literal["weights", "config"]:
+    """Refuse a card built for another model; return what it was checked by: ``"weights"`` or ``"config"``.
+
+    A card built from a model's weights must match its projection shapes and weight hash. A card built from a config
+    alone (``weights_hash`` ``config-only``: the authors' released lists) must match its architecture, projection
+    shapes and parameter count, and is applied with a warning that says it was checked by config only.
+    """
+    if card.model.weights_hash == CONFIG_ONLY:
+        _check_config_shape(card, model)
+        return "config"
     identity = identity_of(model, card.model.name)
     if identity.shapes != card.model.shapes:
         raise ProfileError(
@@ -34,6 +86,7 @@ def check_card_fits(card: ProfileCard, model: torch.nn.Module) -> None:
             "apply the card to the same pretrained model (not a fine-tuned copy or another checkpoint), or rebuild "
             "the card",
         )
+    return "weights"
 
 
 def apply_profile(model: torch.nn.Module, card: ProfileCard, *, check: bool = True) -> list[str]:
@@ -47,7 +100,8 @@ def apply_profile(model: torch.nn.Module, card: ProfileCard, *, check: bool = Tr
     Parameters
     ----------
     model : the pretrained model (not a copy already changed by training).
-    card : the profile card; with ``check`` it must have been built for this model (shapes and weight hash).
+    card : the profile card; with ``check`` it must have been built for this model (shapes and weight hash, or the
+        config shape for a config-only card: see :func:`check_card_fits`).
 
     Returns
     -------

@@ -17,9 +17,10 @@ layers and trains every other V and O), but training them is what matches the pa
 parameters: 3 + 3 listed Qwen3-8B-Base matrices are 0.77% of the model, 6 + 6 are 1.54%, while freezing them would
 train 8.4% (low-3). Each card says so in its ``metric`` field, with the source file and commit.
 
-Cards carry ``weights_hash = "config-only"``: :func:`~topotuner_lab.profiles.apply.apply_profile` refuses them with
-its weight check on, so pass ``check=False`` to apply one to the real checkpoint, or export it for a trainer
-(:mod:`topotuner_lab.profiles.export`).
+Cards carry ``weights_hash = "config-only"``: :func:`~topotuner_lab.profiles.apply.apply_profile` (and so
+``finetune --method profile``) checks such a card against the model's config shape instead of a weight hash (the
+architecture, each projection's shape, the parameter count) and warns in one line that it did; or export the card for
+a trainer (:mod:`topotuner_lab.profiles.export`).
 """
 
 from __future__ import annotations

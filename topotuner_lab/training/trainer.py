@@ -15,7 +15,7 @@ import torch
 from transformers import DataCollatorForSeq2Seq, Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from topotuner_lab._io.errors import ParameterError
-from topotuner_lab.profiles.apply import apply_profile
+from topotuner_lab.profiles.apply import apply_profile, check_card_fits
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.training.config import DEFAULT_LR, FinetuneConfig
 from topotuner_lab.training.data import RunData
@@ -85,8 +85,14 @@ def prepare_model(
             p.requires_grad_(True)
     elif cfg.method == "profile":
         assert card is not None, "FinetuneConfig.check: method 'profile' needs a card"
-        info["trainable_param_names"] = apply_profile(model, card)
-        info["profile"] = {"strategy": card.strategy, "prior_task": card.prior_task, "trainable": card.trainable}
+        checked = check_card_fits(card, model)  # its weight hash, or a config-only card's config shape
+        info["trainable_param_names"] = apply_profile(model, card, check=False)
+        info["profile"] = {
+            "strategy": card.strategy,
+            "prior_task": card.prior_task,
+            "trainable": card.trainable,
+            "checked_by": checked,
+        }
     elif cfg.method == "spectrum-top5":
         info["trainable_param_names"], info["spectrum"] = apply_spectrum(model, loaded.model)
     else:
