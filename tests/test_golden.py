@@ -31,8 +31,8 @@ TABLES = {
     "noise-1.csv": "noise/noise-1.parquet",
     "tiny-qwen2-drift-sst2.csv": "models/tiny-qwen2/drift-sst2.parquet",
 }
-#: card fields that say when and by which schema a card was written, not what it selects
-PROVENANCE = ("created", "schema_version")
+#: card fields that say when, by which schema and from which spec file a card was written, not what it selects
+PROVENANCE = ("created", "schema_version", "prior_spec")
 #: relative tolerance of numbers computed from fixed inputs without training (measured across CPUs: 2.2e-7)
 FIXED_INPUTS_RTOL = 1e-6
 #: relative tolerance of numbers that went through float32 training (measured across CPUs: at most 2.4e-5)

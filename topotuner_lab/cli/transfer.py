@@ -19,7 +19,8 @@ def _cmd_transfer_check(args: argparse.Namespace) -> None:
         refuse_overwrite({"card": args.card}, {"output table": args.output})
     card = ProfileCard.load(args.card)
     settings = config_from_args(TransferCheckSettings, args)
-    result = transfer_check(load_model(args.model), card, args.task, settings, data_source=args.data_source)
+    loaded = load_model(args.model)
+    result = transfer_check(loaded, card, args.task, settings, data_source=args.data_source, card_path=args.card)
     print(result.table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print(result.verdict)
     if args.output:

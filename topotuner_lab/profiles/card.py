@@ -99,6 +99,16 @@ BUDGET = Check(
     '{"count": k}, {"fraction": f} or {"per_kind": {kind: k}}',
 )
 MAPPING = Check(lambda v: isinstance(v, dict), "a JSON object")
+PRIOR_SPEC = Check(
+    lambda v: (
+        isinstance(v, dict)
+        and isinstance(v.get("hash"), str)
+        and len(set(v) & {"builtin", "path"}) == 1
+        and set(v) <= {"builtin", "path", "hash"}
+        and all(isinstance(v[k], str) for k in v)
+    ),
+    'a JSON object {"builtin": NAME, "hash": ...} or {"path": ABSOLUTE_PATH, "hash": ...}',
+)
 
 
 @dataclass(frozen=True)
@@ -214,6 +224,13 @@ class ProfileCard(Config):
     aggregation: str = opt("final", "how the table's drift aggregated epochs: final or mean", choices=AGGREGATIONS)
     gradient_task: str | None = opt(
         None, "the task whose gradient ranked a gradient card (None for other strategies)", check=optional(TEXT)
+    )
+    prior_spec: dict[str, Any] | None = opt(
+        None,
+        "the prior task's spec as found when the card was built: its content hash and absolute path (a built-in "
+        "task: its name), so the card finds it from any folder (profiles.prior); None: a name of no spec, or an "
+        "older card (prior_task as typed)",
+        check=optional(PRIOR_SPEC),
     )
     created: str = opt(REQUIRED, "when the card was made (UTC, ISO 8601)", factory=_now, check=TEXT)
     schema_version: int = opt(SCHEMA_VERSION, "card schema version", choices=(SCHEMA_VERSION,))

@@ -45,6 +45,7 @@ from topotuner_lab.profiles.card import (
     ProfileCard,
     recipe_of,
 )
+from topotuner_lab.profiles.prior import prior_record
 from topotuner_lab.weights.projections import KINDS, parse_pid
 
 #: noise tables noise-z needs: its standard deviation from fewer draws is too rough to divide by (2 draws: the
@@ -572,6 +573,7 @@ def build_profile(
     return ProfileCard(
         model=identity,
         prior_task=settings.prior_task,
+        prior_spec=prior_record(settings.prior_task),
         strategy=settings.strategy,
         metric=ranking.column,
         drift_settings=recorded,

@@ -13,6 +13,7 @@ task's ``grad_norm`` column to a drift table and records the task, which the car
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,7 @@ from topotuner_lab._io.config import NON_NEGATIVE_INT, POSITIVE_INT, Config, opt
 from topotuner_lab._io.errors import ProfileError
 from topotuner_lab.drift.signals import join_signal
 from topotuner_lab.profiles.card import FIXED_RANKINGS, ProfileCard
+from topotuner_lab.profiles.prior import resolve_prior
 from topotuner_lab.tasks.specs import get_task, load_task
 from topotuner_lab.training.trainer import tokenize_for_training
 from topotuner_lab.weights.extract import extract_snapshot
@@ -208,13 +210,15 @@ def transfer_check(
     settings: TransferCheckSettings | None = None,
     *,
     data_source: str | None = None,
+    card_path: str | os.PathLike[str] | None = None,
 ) -> TransferCheck:
     """Check before training whether ``card`` (built on its prior task) suits ``target_task`` on ``loaded``.
 
     Parameters
     ----------
     loaded : the pretrained model the card was built for (not changed: gradients are taken on a copy).
-    card : the profile card; its ``prior_task`` names the prior.
+    card : the profile card; its ``prior_task`` names the prior, found from any folder as
+        :func:`~topotuner_lab.profiles.prior.resolve_prior` finds it (``card_path``: where the card was read from).
     target_task : the task the card would be transferred to.
     settings : rows per task, length, batch size and row seed (:class:`TransferCheckSettings`).
 
@@ -227,6 +231,6 @@ def transfer_check(
 
     settings = settings or TransferCheckSettings()
     check_card_fits(card, loaded.model)
-    prior = projection_gradients(loaded, card.prior_task, settings, data_source)
+    prior = projection_gradients(loaded, resolve_prior(card, card_path), settings, data_source)
     target = projection_gradients(loaded, target_task, settings, data_source)
     return compare_gradients(card, prior, target, target_task)
