@@ -26,7 +26,8 @@ LORA_RANK = Check(lambda v: v == "match" or (is_int(v) and v >= 1), "a whole num
 THRESHOLD = Check(lambda v: v is None or v == "card" or OPEN_UNIT(v), "a number in (0, 1), 'card' or None")
 DATA_SOURCE = Check(
     lambda v: v is None or v == "hub" or (isinstance(v, str) and Path(v).is_dir()),
-    "None (the offline copies), 'hub', or an existing data folder laid out like shared/data",
+    "None (the offline copies, else each spec's hub dataset), 'hub', or an existing data folder laid out like "
+    "shared/data",
 )
 
 
@@ -151,7 +152,8 @@ class FinetuneConfig(Config):
     )
     data_source: str | None = opt(
         None,
-        "'hub' for the Hugging Face hub, or a data folder laid out like shared/data (default: offline copies)",
+        "'hub' for the Hugging Face hub, or a data folder laid out like shared/data (default: the offline copies; "
+        "where a task's copy is absent, its spec's hub dataset, with a warning)",
         check=DATA_SOURCE,
     )
 
