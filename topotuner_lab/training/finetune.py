@@ -309,9 +309,7 @@ def run_finetune(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults:
     results["resumed_from"] = resume
     results["stop_threshold"] = threshold
     results["transferred_to"] = (
-        {"card": str(cfg.profile), "prior_task": card.prior_task, "prior_spec": card.prior_spec, "task": cfg.task}
-        if card is not None
-        else None
+        {"card": str(cfg.profile), "prior_task": card.prior_task, "task": cfg.task} if card is not None else None
     )
     results.update(memory.fields())
     results["world_size"] = trainer.args.world_size
