@@ -6,6 +6,7 @@ Needs /usr/bin/chromium (`.ci/run` installs it); without it the test is skipped 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -14,7 +15,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -92,15 +95,15 @@ def _run_all_cells(page) -> None:
     raise AssertionError("Run All Cells never started a cell")
 
 
-def test_notebook_renders_plotly_and_widgets_in_jupyterlab(tmp_path):
+@contextlib.contextmanager
+def _lab_page(tmp_path: Path, book: nbformat.NotebookNode) -> Iterator[tuple[Any, Path]]:
+    """``book`` served by JupyterLab on 127.0.0.1, opened in headless Chromium with every cell run.
+
+    Yields the page (idle again after Run All) and the JupyterLab log; a failure inside the block reports a
+    screenshot, the cell outputs and the log's tail.
+    """
     from playwright.sync_api import sync_playwright
 
-    run_notebooks("tiny", tmp_path / "run", names=("01_extract.ipynb",))  # the work folder notebook 2 reads
-    book = nbformat.read(ROOT / "notebooks" / "02_persistence_diagrams.ipynb", as_version=4)
-    book.cells[1].source = (
-        f'work_dir = "{tmp_path / "run" / "work"}"\nfigures_dir = "{tmp_path / "figs"}"\n'
-        'prior_task = "sst2"\nlayer = 1\nkind = "v"'
-    )
     served = tmp_path / "lab"
     served.mkdir()
     nbformat.write(book, served / "browser.ipynb")
@@ -143,9 +146,9 @@ def test_notebook_renders_plotly_and_widgets_in_jupyterlab(tmp_path):
                 page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
                 _run_all_cells(page)
                 page.wait_for_selector(".js-plotly-plot .main-svg", timeout=180_000)
-                page.wait_for_selector(".widget-slider", timeout=180_000)
                 page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=180_000)
                 time.sleep(2)
+                yield page, log
             except Exception as error:
                 page.screenshot(path=str(tmp_path / "failure.png"))
                 outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
@@ -153,19 +156,69 @@ def test_notebook_renders_plotly_and_widgets_in_jupyterlab(tmp_path):
                     f"{error}\nscreenshot: {tmp_path / 'failure.png'}\ncell outputs: {outputs}\nJupyterLab "
                     f"log:\n{_tail(log)}"
                 ) from error
-            assert page.locator(".js-plotly-plot .main-svg").count() >= 2
-            assert page.locator(".widget-slider").count() >= 1
-            assert (
-                page.locator(
-                    ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] >> text=Traceback"
-                ).count()
-                == 0
-            )
-            page.locator(".js-plotly-plot").first.scroll_into_view_if_needed()
-            shot = ROOT / "figures" / "browser_screenshot.png"
-            page.screenshot(path=str(shot), full_page=False)
-            assert shot.stat().st_size > 10_000
-            browser.close()
+            finally:
+                browser.close()
     finally:
         lab.terminate()
         lab.wait(timeout=30)
+
+
+def _no_traceback(page) -> None:
+    """No cell printed a traceback (an error that escaped a widget ends up there or in the kernel's log)."""
+    stderr = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+    assert page.locator(f"{stderr} >> text=Traceback").count() == 0
+    assert page.locator(".jp-OutputArea-output >> text=Traceback").count() == 0
+
+
+def test_notebook_renders_plotly_and_widgets_in_jupyterlab(tmp_path):
+    run_notebooks("tiny", tmp_path / "run", names=("01_extract.ipynb",))  # the work folder notebook 2 reads
+    book = nbformat.read(ROOT / "notebooks" / "02_persistence_diagrams.ipynb", as_version=4)
+    book.cells[1].source = (
+        f'work_dir = "{tmp_path / "run" / "work"}"\nfigures_dir = "{tmp_path / "figs"}"\n'
+        'prior_task = "sst2"\nlayer = 1\nkind = "v"'
+    )
+    with _lab_page(tmp_path, book) as (page, _log):
+        page.wait_for_selector(".widget-slider", timeout=180_000)
+        assert page.locator(".js-plotly-plot .main-svg").count() >= 2
+        assert page.locator(".widget-slider").count() >= 1
+        _no_traceback(page)
+        page.locator(".js-plotly-plot").first.scroll_into_view_if_needed()
+        shot = ROOT / "figures" / "browser_screenshot.png"
+        page.screenshot(path=str(shot), full_page=False)
+        assert shot.stat().st_size > 10_000
+
+
+def test_profile_builder_runs_every_strategy_in_jupyterlab(tmp_path):
+    """Notebook 4's builder driven through every strategy it offers: each redraws its figure or shows its error."""
+    run_notebooks("tiny", tmp_path / "run", {"extra_prior_seeds": "[]"}, names=("01_extract.ipynb",))
+    book = nbformat.read(ROOT / "notebooks" / "04_build_profile.ipynb", as_version=4)
+    params = next(i for i, c in enumerate(book.cells) if "parameters" in c.metadata.get("tags", []))
+    book.cells[params].source = (
+        f'model = "tiny-llama"\nwork_dir = "{tmp_path / "run" / "work"}"\nfigures_dir = "{tmp_path / "figs"}"\n'
+        'prior_task = "sst2"\nrecipe = "default"\nstrategy = "high-drift"\nbudget_pct = 5.0\nmetric_dim = 0\n'
+        'normalization = "per-point"\nstop_threshold = 0.9\nextra_prior_seeds = []'
+    )
+    with _lab_page(tmp_path, book) as (page, _log):
+        cell = page.locator(".jp-Cell").filter(has=page.locator(".widget-dropdown select")).first
+        strategy = cell.locator(".widget-dropdown").filter(has_text="strategy").locator("select")
+        title = cell.locator(".js-plotly-plot .gtitle").first
+        error = cell.locator(".widget-html b[style*='#b00']")
+        offered = [o.strip() for o in strategy.locator("option").all_inner_texts()]
+        assert {"snr", "alpha", "kappa", "relchange", "magnitude", "joint-hl"} <= set(offered), offered
+        seen = {}
+        for name in [*offered[1:], offered[0]]:  # start away from the notebook's strategy, end back on it
+            before = title.inner_text()
+            strategy.select_option(name)
+            page.wait_for_function(
+                "([el, before]) => el.textContent !== before",
+                arg=[title.element_handle(), before],
+                timeout=60_000,
+            )
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+            seen[name] = title.inner_text()
+            if seen[name].startswith(f"{name} selection"):
+                assert error.count() == 0, (name, error.all_inner_texts())
+            else:  # the strategy cannot rank this table: its error is in the widget, the figure cleared
+                assert seen[name].startswith("no selection") and error.count() == 1, (name, seen[name])
+        assert all(text.startswith(f"{name} selection") for name, text in seen.items()), seen
+        _no_traceback(page)
