@@ -30,6 +30,7 @@ NOTEBOOKS: tuple[str, ...] = (
     "05_finetune_compare.ipynb",
     "06_early_stopping.ipynb",
     "07_compare_cards.ipynb",
+    "08_explore_study.ipynb",
 )
 
 
@@ -98,6 +99,13 @@ EXPECTED_FIGURES: dict[str, tuple[str, ...]] = {
     "05_finetune_compare.ipynb": ("transfer_check", "training_curves", "cost_bars"),
     "06_early_stopping.ipynb": ("early_stopping",),
     "07_compare_cards.ipynb": ("card_comparison", "selector_agreement"),
+    "08_explore_study.ipynb": (
+        "explore_claims",
+        "explore_rates",
+        "explore_epochs",
+        "explore_stopping",
+        "explore_stability",
+    ),
 }
 
 
