@@ -37,10 +37,11 @@ from topotuner_lab._io.config import (
     shown,
 )
 from topotuner_lab._io.errors import TaskError
-from topotuner_lab._io.yaml_files import read_yaml
+from topotuner_lab._io.yaml_files import YamlFolder, read_yaml
 from topotuner_lab.tasks.carve import carve
 from topotuner_lab.tasks.datafiles import FORMATS, file_format, read_data_file
 from topotuner_lab.tasks.hub import hub_where, read_hub
+from topotuner_lab.tasks.metrics import OUTPUT_TYPES, REGISTRY, final_number, metric_names
 from topotuner_lab.tasks.templates import (
     evaluate,
     expression_error,
@@ -68,33 +69,8 @@ __all__ = [
     "training_spec",
 ]
 
-#: how a task is scored: the likelihood of each label word, or greedy generation
-OUTPUT_TYPES: tuple[str, ...] = ("multiple_choice", "generate_until", "ranking")
 #: the splits a fine-tune reads: its own names, whatever the hub calls them
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
-#: the metrics each output type can be scored by, in lm-evaluation-harness's names; the first is the default.
-#: ``acc`` / ``acc_norm`` / ``acc_bytes``: the likeliest option is the true one, by its summed log-probability, per
-#: character of its text, per UTF-8 byte (lm-eval 0.4.13's three);
-#: ``exact_match``: the final number of the answer (GSM8K); ``exact`` / ``f1``: SQuAD's, over the references;
-#: ``rouge*``: ROUGE F-measures over the references; ``pass@1``: the greedy program passes its tests
-#: (``doc_to_program``); the ``*_acc`` four: IFEval's verifiers; ``ndcg@10`` / ``mrr@10``: a reranked candidate list.
-METRICS: dict[str, tuple[str, ...]] = {
-    "multiple_choice": ("acc", "acc_norm", "acc_bytes"),
-    "generate_until": (
-        "exact_match",
-        "exact",
-        "f1",
-        "rouge1",
-        "rouge2",
-        "rougeL",
-        "pass@1",
-        "prompt_level_strict_acc",
-        "inst_level_strict_acc",
-        "prompt_level_loose_acc",
-        "inst_level_loose_acc",
-    ),
-    "ranking": ("ndcg@10", "mrr@10"),
-}
 #: ``generation_kwargs`` keys and their defaults (lm-evaluation-harness's); decoding is always greedy
 GENERATION_DEFAULTS: dict[str, Any] = {"until": ("\n\n",), "max_gen_toks": 256, "do_sample": False}
 #: a validation row filter's test of a row's text
@@ -423,25 +399,38 @@ class TaskSpec(Config):
             self.fail("generation_kwargs.do_sample must be false: answers are decoded greedily", "remove do_sample")
 
     def _check_metrics(self) -> None:
-        allowed = METRICS[self.output_type]
+        """Each metric of ``metric_list`` is registered for the output type (``tasks.metrics.REGISTRY``)."""
+        allowed = metric_names(self.output_type)
         for i, item in enumerate(self.metric_list):
             entry = {"metric": item} if isinstance(item, str) else item
             if not isinstance(entry, Mapping) or "metric" not in entry:
                 self.fail(
                     f"metric_list[{i}]={shown(item)} is not a mapping with a metric", f"give - metric: {allowed[0]}"
                 )
-            if entry["metric"] not in allowed:
+            metric = REGISTRY.get(entry["metric"]) if isinstance(entry["metric"], str) else None
+            if metric is None:
                 self.fail(
-                    f"metric_list[{i}].metric={entry['metric']!r} is not scored for output_type {self.output_type}",
+                    f"metric_list[{i}].metric={shown(entry['metric'])} is not a known metric",
+                    f"use one of {', '.join(allowed)} (output_type {self.output_type}), or register the metric "
+                    "(topotuner_lab.tasks.metrics.register_metric)",
+                )
+            if metric.output_type != self.output_type:
+                self.fail(
+                    f"metric_list[{i}].metric={metric.name!r} is not scored for output_type {self.output_type}",
                     f"use {', '.join(allowed)}",
                 )
-            if entry["metric"] == "pass@1" and not self.doc_to_program:
-                self.fail(f"metric_list[{i}]: pass@1 needs doc_to_program", "add doc_to_program: the program to run")
+            if metric.requires and not getattr(self, metric.requires):
+                self.fail(
+                    f"metric_list[{i}]: {metric.name} needs {metric.requires}",
+                    f"add {metric.requires}: {self.__dataclass_fields__[metric.requires].metadata['help']}",
+                )
             extra = sorted(set(entry) - {"metric", "aggregation", "higher_is_better"})
-            if extra or entry.get("aggregation", "mean") != "mean" or entry.get("higher_is_better", True) is not True:
+            direction = entry.get("higher_is_better", metric.higher_is_better)
+            if extra or entry.get("aggregation", "mean") != "mean" or direction is not metric.higher_is_better:
+                better = "higher" if metric.higher_is_better else "lower"
                 self.fail(
                     f"metric_list[{i}]={shown(dict(entry))} asks for what is not computed here",
-                    "give metric only (aggregation is mean, higher is better)",
+                    f"give metric only (aggregation is mean, {better} is better)",
                 )
 
     # ---- what the rest of the package reads
@@ -470,7 +459,7 @@ class TaskSpec(Config):
     def metric(self) -> str:
         """The metric the task is scored by."""
         if not self.metric_list:
-            return METRICS[self.output_type][0]
+            return metric_names(self.output_type)[0]
         first = self.metric_list[0]
         return str(first if isinstance(first, str) else first["metric"])
 
@@ -607,17 +596,15 @@ def read_spec(path: str | os.PathLike[str], *, builtin: bool = False) -> TaskSpe
         raise TaskError(exc.problem.replace("task spec", prefix, 1), exc.fix) from None
 
 
-def _builtin_specs() -> dict[str, TaskSpec]:
-    specs = {}
-    for path in sorted(BUILTIN_DIR.glob("*.yaml")):
-        spec = read_spec(path, builtin=True)
-        assert spec.task == path.stem, f"built-in spec {path.name} names task {spec.task!r}"
-        specs[spec.task] = spec
-    return specs
+def _read_builtin(path: Path) -> TaskSpec:
+    """The built-in spec in ``path``, which names the task after its file."""
+    spec = read_spec(path, builtin=True)
+    assert spec.task == path.stem, f"built-in spec {path.name} names task {spec.task!r}"
+    return spec
 
 
-#: the built-in tasks, by name: the spec files in ``tasks/builtin/``
-TASKS: dict[str, TaskSpec] = _builtin_specs()
+#: the built-in tasks, by name: the spec files in ``tasks/builtin/``, each read on first use (listing names reads none)
+TASKS: YamlFolder[TaskSpec] = YamlFolder(BUILTIN_DIR, _read_builtin, "task spec")
 
 
 def get_task(name: str | os.PathLike[str] | TaskSpec) -> TaskSpec:
@@ -684,13 +671,6 @@ def data_dir() -> Path:
         "no offline data folder found (looked for shared/data above the project and the current folder)",
         "set TOPOTUNER_DATA to the folder holding sst2/, agnews/, gsm8k/",
     )
-
-
-def final_number(answer: str) -> str | None:
-    """The number after GSM8K's ``####`` (or the last number in a generated answer)."""
-    tail = answer.split("####")[-1]
-    numbers = re.findall(r"-?\d[\d,]*\.?\d*", tail)
-    return numbers[-1].replace(",", "").rstrip(".") if numbers else None
 
 
 # ------------------------------------------------------------------------------------------------ reading rows

@@ -4,18 +4,16 @@ One :class:`TaskScorer` per task: option likelihood for ``multiple_choice``, fix
 options, as lm-evaluation-harness scores them (``acc``, ``acc_norm``, ``acc_bytes``, and the label log-loss a
 validation criterion reads); for ``generate_until`` one batched greedy generation
 (:func:`~topotuner_lab.training.generation.generate`, the spec's stop strings and ``max_gen_toks``) and then every
-metric of the spec's ``metric_list`` on the same answers: GSM8K's final-number ``exact_match``, SQuAD's ``exact`` /
-``f1`` and ROUGE over the references (:mod:`topotuner_lab.tasks.metrics`), IFEval's verifiers
-(:mod:`topotuner_lab.tasks.ifeval`), ``pass@1`` by running ``doc_to_program`` in the sandbox
-(:mod:`topotuner_lab.tasks.sandbox`). ``ranking`` tasks rerank their candidates by query likelihood
+metric of the spec's ``metric_list`` on the same answers, by the function the metric registry
+(:data:`topotuner_lab.tasks.metrics.REGISTRY`) holds for it: GSM8K's final-number ``exact_match``, SQuAD's
+``exact`` / ``f1`` and ROUGE over the references, IFEval's verifiers, ``pass@1`` by running ``doc_to_program`` in
+the sandbox. ``ranking`` tasks rerank their candidates by query likelihood
 (:mod:`topotuner_lab.training.ranking`) for ``ndcg@10`` / ``mrr@10``.
 """
 
 from __future__ import annotations
 
 import json
-import warnings
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,87 +21,19 @@ import numpy as np
 import torch
 
 from topotuner_lab.tasks import metrics
-from topotuner_lab.tasks.sandbox import SandboxLimits, Status, run_program
-from topotuner_lab.tasks.specs import TaskSpec, final_number, get_task
+from topotuner_lab.tasks.metrics import ExampleScores, GenerationScore
+from topotuner_lab.tasks.sandbox import SandboxLimits
+from topotuner_lab.tasks.specs import TaskSpec, get_task
 from topotuner_lab.tasks.templates import render
 from topotuner_lab.training.evaluation import choice_metrics, classification_scores, label_logloss
 from topotuner_lab.training.generation import generate
 from topotuner_lab.training.ranking import ranking_example_scores, rerank_scores
 
-#: per example, each metric's value (a metric name -> an array in the rows' order)
-ExampleScores = dict[str, np.ndarray]
-_IFEVAL = ("prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc", "inst_level_loose_acc")
 
-
-def _gsm8k(answers: Sequence[str], ds: Any) -> ExampleScores:
-    hits = [final_number(a) is not None and final_number(a) == final_number(t) for a, t in zip(answers, ds["target"])]
-    return {"exact_match": np.asarray(hits, dtype=float)}
-
-
-def _squad(answers: Sequence[str], ds: Any) -> ExampleScores:
-    rows = [metrics.squad_scores(a, refs) for a, refs in zip(answers, ds["references"])]
-    return {"exact": np.asarray([r["exact_match"] for r in rows]), "f1": np.asarray([r["f1"] for r in rows])}
-
-
-def _rouge(answers: Sequence[str], ds: Any) -> ExampleScores:
-    rows = [metrics.rouge_scores(a, refs) for a, refs in zip(answers, ds["references"])]
-    return {name: np.asarray([r[name] for r in rows]) for name in metrics.ROUGE_TYPES}
-
-
-def _ifeval(answers: Sequence[str], ds: Any) -> ExampleScores:
-    from topotuner_lab.tasks.ifeval import ifeval_scores
-
-    rows = [ifeval_scores(a, json.loads(doc)) for a, doc in zip(answers, ds["doc"])]
-    return {name: np.asarray([r[name] for r in rows]) for name in _IFEVAL}
-
-
-@dataclass(frozen=True)
-class _Programs:
-    """pass@1: each answer put into the spec's ``doc_to_program`` and run in the sandbox, one program at a time.
-
-    A program passes only if it runs to its end and exits with 0, so one that leaves early (``exit()``,
-    ``sys.exit(0)``, ``os._exit(0)``) fails, as in openai/human-eval. One at a time, so each program has the CPU its
-    wall-clock limit assumes. An answer that makes the template fail (a template limit hit: a template repeating the
-    completion, given a long one) is a program that fails (status ``error``), with a warning naming the task.
-    """
-
-    spec: TaskSpec
-    limits: SandboxLimits
-
-    def _program(self, answer: str, doc: str) -> str | Exception:
-        """The program of one answer, or why the template could not render it."""
-        try:
-            return str(render(self.spec.doc_to_program, {**json.loads(doc), "completion": answer}))
-        except Exception as exc:  # noqa: BLE001 - the answer's failure, not the spec's (checked on every row at load)
-            return exc
-
-    def __call__(self, answers: Sequence[str], ds: Any) -> ExampleScores:
-        sources = [self._program(answer, doc) for answer, doc in zip(answers, ds["doc"])]
-        failed = [source for source in sources if isinstance(source, Exception)]
-        if failed:
-            reason = (str(failed[0]).strip().splitlines() or [""])[0][:200]
-            warnings.warn(
-                f"doc_to_program of task {self.spec.task!r} could not render {len(failed)} of {len(sources)} answers "
-                f"({type(failed[0]).__name__}: {reason}): each is scored as a failed program (pass@1 0)",
-                stacklevel=2,
-            )
-        statuses: list[Status] = [
-            "error" if isinstance(source, Exception) else run_program(source, self.limits).status for source in sources
-        ]
-        return {"pass@1": np.asarray([s == "pass" for s in statuses], dtype=float)}
-
-
-def _generation_metrics(spec: TaskSpec, limits: SandboxLimits) -> list[Callable[[Sequence[str], Any], ExampleScores]]:
-    """The functions that score ``spec``'s answers, one per metric family it asks for."""
-    wanted = set(spec.metrics)
-    families: list[tuple[set[str], Callable[[Sequence[str], Any], ExampleScores]]] = [
-        ({"exact_match"}, _gsm8k),
-        ({"exact", "f1"}, _squad),
-        (set(metrics.ROUGE_TYPES), _rouge),
-        (set(_IFEVAL), _ifeval),
-        ({"pass@1"}, _Programs(spec, limits)),
-    ]
-    return [score for names, score in families if names & wanted]
+def _generation_metrics(spec: TaskSpec) -> list[GenerationScore]:
+    """The functions that score ``spec``'s answers (:data:`~topotuner_lab.tasks.metrics.REGISTRY`), each once."""
+    scores = (metrics.REGISTRY[name].score for name in spec.metrics)
+    return [score for score in dict.fromkeys(scores) if score is not None]
 
 
 @dataclass
@@ -167,8 +97,8 @@ class TaskScorer:
             return self._ranking(model, ds), [None] * len(ds)
         answers = self.answers(model, ds)
         out: ExampleScores = {}
-        for score in _generation_metrics(self.spec, self.limits):
-            out |= score(answers, ds)
+        for score in _generation_metrics(self.spec):
+            out |= score(answers, ds, self.spec, self.limits)
         return {name: out[name] for name in self.spec.metrics}, list(answers)
 
     def _choices(self, model: torch.nn.Module, ds: Any) -> tuple[ExampleScores, list[str | None]]:
