@@ -9,7 +9,7 @@ The main entry points are importable from the package itself::
     from topotuner_lab.weights.models import load_model
     from topotuner_lab.drift.compute import drift_table
     from topotuner_lab.drift.settings import DriftSettings
-    from topotuner_lab.profiles.select import build_profile
+    from topotuner_lab.profiles.select import CardSettings, build_profile
     from topotuner_lab.profiles.card import ProfileCard
 
 They load lazily, so ``import topotuner_lab`` stays light (drift worker processes never import torch).
@@ -62,6 +62,7 @@ _EXPORTS: dict[str, str] = {
     "ProfileCard": ".profiles.card",
     "ModelIdentity": ".profiles.card",
     "build_profile": ".profiles.select",
+    "CardSettings": ".profiles.select",
     "apply_profile": ".profiles.apply",
     "compare_cards": ".profiles.compare",
     "export_card": ".profiles.export",
@@ -81,6 +82,7 @@ _EXPORTS: dict[str, str] = {
     "ParameterError": "._io.errors",
 }
 __all__ = [
+    "CardSettings",
     "Diagrams",
     "DriftCache",
     "DriftSettings",
@@ -148,7 +150,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names above loa
     from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
     from topotuner_lab.profiles.compare import compare_cards
     from topotuner_lab.profiles.export import export_card
-    from topotuner_lab.profiles.select import build_profile
+    from topotuner_lab.profiles.select import CardSettings, build_profile
     from topotuner_lab.profiles.upstream import upstream_card
     from topotuner_lab.topology.distances import bottleneck, wasserstein
     from topotuner_lab.topology.persistence import Diagrams, PersistenceSettings, diagrams

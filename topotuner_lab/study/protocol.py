@@ -13,6 +13,8 @@ a matched budget. The protocol is a fair one:
 
 What runs is planned first (:func:`topotuner_lab.study.plan.plan`); every run keeps its own ``results.json``, so an
 interrupted comparison resumes by skipping what is done.
+The prior fine-tunes, their drift tables and the cards are made by :mod:`topotuner_lab.study.cards`; this module
+orchestrates them, the grid of fine-tunes and its ledger.
 """
 
 from __future__ import annotations
