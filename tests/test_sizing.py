@@ -165,3 +165,19 @@ def test_minutes_per_finetune_are_medians_per_target_and_method():
     minutes = minutes_per_finetune(results)
     assert minutes[("sst2", "full")] == pytest.approx(10.0)
     assert minutes[("sst2", "profile")] == pytest.approx(301 / 60)
+
+
+def test_planned_hours_price_every_planned_run_once_at_the_pilots_minutes():
+    from topotuner_lab.study.plan import plan
+    from topotuner_lab.study.presets import get_preset
+    from topotuner_lab.study.sizing import planned_hours
+
+    preset = get_preset("cpu-grid-pilot")  # 18 runs: 3 targets x (full + 2 cards) x 2 seeds, one rate each
+    methods = ("full", "profile")
+    minutes = pd.Series({(t, m): 10.0 if m == "full" else 5.0 for t in preset.target_tasks for m in methods})
+    assert len(plan(preset)) == 18
+    assert planned_hours(preset, minutes) == pytest.approx((6 * 10 + 12 * 5) / 60)
+    only_full = minutes[minutes.index.get_level_values(1) == "full"]  # cards untimed: the target's median stands in
+    assert planned_hours(preset, only_full) == pytest.approx(18 * 10 / 60)
+    with pytest.raises(KeyError):
+        planned_hours(preset, minutes.drop("sst2", level=0))

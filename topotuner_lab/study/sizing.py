@@ -21,8 +21,9 @@ import numpy as np
 import pandas as pd
 
 from topotuner_lab.study.claims import runs_at_chosen_rate
+from topotuner_lab.study.plan import plan, run_owner
 from topotuner_lab.study.power import Z95, Design, variance_components
-from topotuner_lab.study.presets import DEFAULT_MARGIN_SHARE
+from topotuner_lab.study.presets import DEFAULT_MARGIN_SHARE, Preset
 
 #: the chance that a difference of 0 is decided (its interval inside the band) at the planned size
 POWER = 0.8
@@ -181,3 +182,18 @@ def planned_seeds(sizes: pd.DataFrame, measure: str, min_seeds: int = MIN_SEEDS)
         needed = rows["seeds_needed"]
         out[str(target)] = None if needed.isna().any() else max(min_seeds, int(needed.max()))
     return out
+
+
+def planned_hours(preset: Preset, minutes: pd.Series) -> float:
+    """CPU-hours of every fine-tune ``preset`` plans, at the pilot's ``minutes`` per (target, method).
+
+    Runs on shared folders count once (:func:`~topotuner_lab.study.plan.run_owner`); a (target, method) the pilot did
+    not time takes the median of its target's methods (e.g. LoRA at the cards' time), and a target the pilot did not
+    run raises ``KeyError``.
+    """
+    runs = {(run_owner(preset, s), s.target, s.seed, s.key, s.role, s.lr) for s in plan(preset)}
+    total = 0.0
+    for _, target, _, key, _, _ in runs:
+        per_method = minutes[target]
+        total += float(per_method.get(key.family, per_method.median()))
+    return total / 60
