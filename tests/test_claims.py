@@ -9,6 +9,7 @@ from scipy.stats import t as scipy_t
 from scipy.stats import ttest_1samp
 
 from topotuner_lab._io.errors import ParameterError
+from topotuner_lab.study.claim_ids import ClaimId
 from topotuner_lab.study.claims import (
     FALLBACK_MARGIN,
     ClaimRules,
@@ -130,22 +131,22 @@ def test_claims_compare_the_pre_specified_card_and_judge_each_claim():
     assert "sweep" not in set(runs_at_chosen_rate(results)["run_dir"])  # sweep runs never enter a claim
     every = claim_results(results, correct)
     claims = {c.claim: c for c in every}
-    competitive = claims["competitive with full fine-tuning"]
+    competitive = claims[ClaimId.COMPETITIVE]
     assert competitive.measure == "profile:high-drift@0.01 - full (test accuracy)"  # named before the runs
-    assert claims["beats LoRA at a matched budget"].measure.startswith("profile:high-drift@0.01 - lora@0.01")
-    assert claims["less forgetting than full FT"].measure.startswith("profile:high-drift@0.01 - full")
-    controls = [c.measure for c in every if c.claim == "topology beats the controls (not a paper claim)"]
+    assert claims[ClaimId.BEATS_LORA].measure.startswith("profile:high-drift@0.01 - lora@0.01")
+    assert claims[ClaimId.LESS_FORGETTING].measure.startswith("profile:high-drift@0.01 - full")
+    controls = [c.measure for c in every if c.claim == ClaimId.BEATS_CONTROLS]
     assert controls == [
         "profile:high-drift@0.01 - profile:magnitude@0.01 (test accuracy)",
         "profile:high-drift@0.01 - profile:random@0.01 (test accuracy)",
     ]  # one claim per control, not the better control
     assert competitive.verdict == NOT_HELD and competitive.high < competitive.threshold == -FALLBACK_MARGIN
-    assert claims["beats LoRA at a matched budget"].verdict == HELD
-    assert claims["faster per epoch than full FT"].verdict == HELD  # 6 s vs 10 s per epoch
-    assert claims["early stopping often stops after 2-3 of 6 epochs"].estimate == 1.0  # every card run by epoch 2 of 4
-    assert summary_verdict(list(claims.values()), "beats LoRA at a matched budget") == HELD
+    assert claims[ClaimId.BEATS_LORA].verdict == HELD
+    assert claims[ClaimId.FASTER_THAN_FULL].verdict == HELD  # 6 s vs 10 s per epoch
+    assert claims[ClaimId.STOPS_EARLY].estimate == 1.0  # every card run by epoch 2 of 4
+    assert summary_verdict(list(claims.values()), ClaimId.BEATS_LORA) == HELD
     # the thesis: low drift is the complement of the high-drift card's correctness here, so high drift wins
-    thesis = claims["high drift beats low drift (the thesis)"]
+    thesis = claims[ClaimId.THESIS]
     assert thesis.measure == "profile:high-drift@0.01 - profile:low-drift@0.01 (test accuracy)"
     assert thesis.verdict == HELD and thesis.estimate > 0
 
@@ -177,9 +178,9 @@ def test_selectors_are_compared_with_the_same_named_card_as_every_other_claim():
     results = results[results["run_dir"] != "sweep"]
     results["run"] = results["run"].replace("profile:high-drift@0.01", "profile:snr@0.01")  # no high-drift card ran
     every = claim_results(results, correct)
-    named = {c.measure.split(" - ")[0] for c in every if c.claim == "competitive with full fine-tuning"}
+    named = {c.measure.split(" - ")[0] for c in every if c.claim == ClaimId.COMPETITIVE}
     assert named == {"profile:low-drift@0.01"}
-    selectors = [c.measure for c in every if c.claim.startswith("topology beats the field's selectors")]
+    selectors = [c.measure for c in every if c.claim == ClaimId.BEATS_SELECTORS]
     assert selectors == ["profile:low-drift@0.01 - profile:snr@0.01 (test accuracy)"]
 
 
@@ -191,7 +192,7 @@ def test_the_margin_is_a_share_of_the_zero_shot_to_full_ft_gain():
     margin = competitive_margin(runs_at_chosen_rate(gained), share=0.1)
     assert margin.value == pytest.approx(0.03) and "0.1 x the zero-shot -> full FT gain" in margin.reason
     claims = {c.claim: c for c in claim_results(gained, correct, ClaimRules(margin_share=0.2))}
-    assert claims["competitive with full fine-tuning"].threshold == pytest.approx(-0.06)
+    assert claims[ClaimId.COMPETITIVE].threshold == pytest.approx(-0.06)
     lost = competitive_margin(runs_at_chosen_rate(results.assign(test_acc_before=1.0)), share=0.1)
     assert lost.value == 0.0 and "no gain, so no loss is allowed" in lost.reason
     assert competitive_margin(runs_at_chosen_rate(results)) == Margin(
@@ -206,7 +207,7 @@ def test_a_difference_the_interval_cannot_resolve_is_inconclusive():
     card[:2] = 1 - card[:2]  # two examples flip: no evidence either way at 60 examples
     results, correct = _results(card, full, lora_correct=full, control_correct=full)
     claims = {c.claim: c for c in claim_results(results, correct)}
-    assert claims["beats LoRA at a matched budget"].verdict == INCONCLUSIVE
+    assert claims[ClaimId.BEATS_LORA].verdict == INCONCLUSIVE
 
 
 @pytest.mark.parametrize("epochs, expected", [(4, "did not hold"), (3, "not testable here")])
@@ -217,7 +218,7 @@ def test_a_stop_threshold_below_the_earliest_possible_stop_is_not_testable(epoch
     results["epochs_run"] = epochs
     results["stop_epoch"] = results["stop_epoch"].where(results["stop_epoch"].isna(), 3)
     claims = {c.claim: c for c in claim_results(results, correct)}
-    assert claims["early stopping often stops after 2-3 of 6 epochs"].verdict == expected
+    assert claims[ClaimId.STOPS_EARLY].verdict == expected
 
 
 def test_a_stopping_share_too_few_runs_could_never_decide_is_not_testable_and_sized():
@@ -226,16 +227,16 @@ def test_a_stopping_share_too_few_runs_could_never_decide_is_not_testable_and_si
     few = results[(results["seed"] == 0) & results["run"].isin(["full", "profile:high-drift@0.01"])]
     few = few[few["selected"]]
     five = pd.concat([few.assign(seed=s) for s in range(5)], ignore_index=True)  # five seeds, one card
-    share = {c.claim: c for c in claim_results(five, correct)}["early stopping often stops after 2-3 of 6 epochs"]
+    share = {c.claim: c for c in claim_results(five, correct)}[ClaimId.STOPS_EARLY]
     assert share.estimate == 1.0 and share.verdict == "not testable here" and share.to_decide == "6 runs or more"
-    eight = {c.claim: c for c in claim_results(results, correct)}["early stopping often stops after 2-3 of 6 epochs"]
+    eight = {c.claim: c for c in claim_results(results, correct)}[ClaimId.STOPS_EARLY]
     assert eight.verdict == HELD  # 8 card runs all stopping by epoch 2 of 4
 
 
 def test_timings_from_different_machines_are_not_judged():
     full = np.ones(50, dtype=int)
     results, correct = _results(full, full, full, full)
-    faster = "faster per epoch than full FT"
+    faster = ClaimId.FASTER_THAN_FULL
     assert {c.claim: c for c in claim_results(results, correct)}[faster].verdict == HELD  # 6 s vs 10 s, one machine
     results["machine"] = np.where(results["run"] == "full", "2 CPU cores, no GPU", "16 CPU cores, NVIDIA H200")
     speed = {c.claim: c for c in claim_results(results, correct)}[faster]
@@ -285,16 +286,16 @@ def test_forgetting_by_text_nll_and_accuracy_at_the_stop_epoch_are_paired_claims
         return extra[(run_dir, key)] if (run_dir, key) in extra else correct(run_dir, key)
 
     claims = claim_results(results, more)
-    (nll,) = [c for c in claims if c.claim == "less forgetting than full FT (held-out text NLL)"]
+    (nll,) = [c for c in claims if c.claim == ClaimId.LESS_FORGETTING_NLL]
     assert nll.verdict == HELD and nll.estimate == pytest.approx(-0.45, abs=0.02)  # the card's texts rise less
-    stops = {c.measure.split(":")[1]: c for c in claims if c.claim == "early stopping keeps the accuracy"}
+    stops = {c.measure.split(":")[1]: c for c in claims if c.claim == ClaimId.STOP_KEEPS_ACCURACY}
     lost = -full[:100].sum() / 400  # the correct answers among the first 100 are lost at the stop epoch
     assert stops["high-drift@0.01"].verdict == NOT_HELD and stops["high-drift@0.01"].estimate == pytest.approx(lost)
     assert set(stops) == {"high-drift@0.01"}  # the pre-specified card's rule, not every arm's
     # a run whose rule never fired keeps its full budget on both sides: seed 1 not stopping halves the loss
     once = results.copy()
     once.loc[(once["run"] == "profile:high-drift@0.01") & (once["seed"] == 1), "stop_epoch"] = None
-    (half,) = [c for c in claim_results(once, more) if c.claim == "early stopping keeps the accuracy"]
+    (half,) = [c for c in claim_results(once, more) if c.claim == ClaimId.STOP_KEEPS_ACCURACY]
     assert half.estimate == pytest.approx(lost / 2)
     # a rule that fires only at the last epoch leaves the final scores: whatever an older version logged for it
     last = results.assign(stop_epoch=results["stop_epoch"].where(results["stop_epoch"].isna(), 4))
@@ -338,7 +339,7 @@ def test_rules_fix_margins_before_the_runs_and_measure_by_log_probability():
     full = (rng.random(600) < 0.8).astype(int)
     results, correct = _results(full, full, full, control_correct=full)
     fixed = {c.claim: c for c in claim_results(results, correct, ClaimRules(margins={"agnews": 0.02}))}
-    assert fixed["competitive with full fine-tuning"].threshold == pytest.approx(-0.02)  # not the fallback 0.03
+    assert fixed[ClaimId.COMPETITIVE].threshold == pytest.approx(-0.02)  # not the fallback 0.03
 
     def with_logloss(run_dir, key):
         if key == "test_example_metrics":
@@ -347,7 +348,7 @@ def test_rules_fix_margins_before_the_runs_and_measure_by_log_probability():
 
     rules = ClaimRules(margins={"agnews": 0.1}, measure="logprob", seed_level=True)
     by_logprob = {c.claim: c for c in claim_results(results, with_logloss, rules)}
-    thesis = by_logprob["high drift beats low drift (the thesis)"]
+    thesis = by_logprob[ClaimId.THESIS]
     assert thesis.measure.endswith("(test gold-label log-probability, nats)")
     assert thesis.estimate == pytest.approx(1.5 * (2 * full.mean() - 1))  # -0.5 vs -2.0 where high / low is right
     with pytest.raises(ParameterError, match="need a margin fixed in the preset"):

@@ -133,6 +133,7 @@ def test_report_and_claims_read_runs_without_probes():
     from test_report_sections import _results as report_frame
 
     from topotuner_lab.lab.report import sections
+    from topotuner_lab.study.claim_ids import ClaimId
     from topotuner_lab.study.claims import claim_results
 
     no_battery = report_frame().assign(ood_acc_before=None, ood_acc_after=None)
@@ -140,7 +141,7 @@ def test_report_and_claims_read_runs_without_probes():
     assert sections.forgetting_lines(no_battery, PRESET) == []
     correct = (np.random.default_rng(1).random(200) < 0.8).astype(int)
     results, read = claims_frame(correct, correct, correct, correct)
-    forgetting = "less forgetting than full FT"
+    forgetting = ClaimId.LESS_FORGETTING
     with_battery = claim_results(results, read)
     without = claim_results(results, lambda run_dir, key: None if key == "ood_correct_after" else read(run_dir, key))
     assert any(c.claim == forgetting for c in with_battery)

@@ -7,6 +7,7 @@ import pytest
 
 from topotuner_lab.cli import main
 from topotuner_lab.lab.report import write_report
+from topotuner_lab.study.claim_ids import ClaimId
 
 
 @pytest.mark.slow
@@ -244,9 +245,9 @@ def test_reproduce_tiny_selectors_runs_every_selector_both_recipes_and_the_drift
     (record,) = [json.loads(p.read_text()) for p in (out / "transfer").glob("*.json")]
     assert record["prior"] == "sst2" and record["target"] == "agnews" and -1 <= record["rank_agreement"] <= 1
     report = (out / "RESULTS.md").read_text()
-    assert "topology beats the field's selectors" in report and "profile:snr@0.1" in report
-    assert "a card's picks hold across prior runs" in report
-    assert "which kinds drift depends on the model family" in report and "(Qwen)" in report  # LLaMA vs Qwen2
+    assert ClaimId.BEATS_SELECTORS in report and "profile:snr@0.1" in report
+    assert ClaimId.PICKS_HOLD in report
+    assert ClaimId.KINDS_DEPEND_ON_FAMILY in report and "(Qwen)" in report  # LLaMA vs Qwen2
     assert "## Transfer check before training" in report and "## Which kinds the high-drift card picks" in report
     # the report renders again from the folder alone; a folder without a comparison is a one-line error
     assert main(["report", str(out), "--report", str(tmp_path / "again.md")]) == 0
@@ -361,8 +362,8 @@ def test_a_drift_only_study_reports_model_dependence_and_stability(tmp_path):
     assert results.empty and {"run", "recipe", "selected"} <= set(results.columns)
     report = write_report(tmp_path / "m", tmp_path / "m" / "R.md", "test").read_text()
     assert "- Drift only: tiny-llama and tiny-qwen2" in report and "## Learning rates" not in report
-    assert report.count("a card's picks hold across prior runs") >= 2  # one line per model
-    assert "which kinds drift depends on the model family" in report and "(prior seeds: 3 and 3)" in report
+    assert report.count(ClaimId.PICKS_HOLD) >= 2  # one line per model
+    assert ClaimId.KINDS_DEPEND_ON_FAMILY in report and "(prior seeds: 3 and 3)" in report
 
 
 def test_the_preset_record_names_every_machine_a_comparisons_sittings_ran_on(tmp_path, monkeypatch):

@@ -6,8 +6,8 @@ import numpy as np
 
 from topotuner_lab.lab.plots import VERDICT_COLOURS, claims_forest
 from topotuner_lab.lab.report.sections import claims_section
+from topotuner_lab.study.claim_ids import ClaimId
 from topotuner_lab.study.claims import (
-    BEATS_PAPER_LORA,
     ClaimResult,
     claim_results,
     claims_frame,
@@ -21,18 +21,18 @@ def _claim(claim, estimate, low, high, verdict, measure="card - lora:r16 (test a
 
 
 CLAIMS = [
-    _claim(BEATS_PAPER_LORA, 0.01, 0.002, 0.018, "held"),
-    _claim(BEATS_PAPER_LORA, 0.004, -0.01, 0.018, "equivalent"),
-    _claim(BEATS_PAPER_LORA, -0.02, -0.04, 0.0, "inconclusive"),
-    _claim("faster per epoch than full FT", 0.512, 0.41, 0.57, "held", "median profile / median full", 0.8, None),
-    _claim("faster per epoch than LoRA", 0.87, 0.73, 0.95, "held", "median profile / median lora", 1.0, None),
+    _claim(ClaimId.BEATS_PAPER_LORA, 0.01, 0.002, 0.018, "held"),
+    _claim(ClaimId.BEATS_PAPER_LORA, 0.004, -0.01, 0.018, "equivalent"),
+    _claim(ClaimId.BEATS_PAPER_LORA, -0.02, -0.04, 0.0, "inconclusive"),
+    _claim(ClaimId.FASTER_THAN_FULL, 0.512, 0.41, 0.57, "held", "median profile / median full", 0.8, None),
+    _claim(ClaimId.FASTER_THAN_LORA, 0.87, 0.73, 0.95, "held", "median profile / median lora", 1.0, None),
 ]
 
 
 def test_the_papers_counts_come_from_the_claims():
     assert paper_count(CLAIMS) == (
-        f"The card {BEATS_PAPER_LORA} in 2 of 3 settings by the point estimate (the paper's count); its interval "
-        "clears zero in 1 of 3."
+        f"The card {ClaimId.BEATS_PAPER_LORA} in 2 of 3 settings by the point estimate (the paper's count); its "
+        "interval clears zero in 1 of 3."
     )
     assert paper_speed(CLAIMS) == (
         "A card run takes 48.8% less than full FT (the paper: 20.4%) and 13.0% less than LoRA (the paper: 5.5%) of "
@@ -73,6 +73,6 @@ def test_the_papers_lora_gets_its_own_claim_against_the_named_card():
                      stop_epoch=None, epochs_run=4)
             )  # fmt: skip
     claims = claim_results(pd.DataFrame(rows), lambda d, k: stored[(d, k)])
-    paper = [c for c in claims if c.claim == BEATS_PAPER_LORA]
+    paper = [c for c in claims if c.claim == ClaimId.BEATS_PAPER_LORA]
     assert len(paper) == 1 and paper[0].measure.startswith("profile:high-drift@0.01 - lora:r16")
     assert paper[0].verdict == "held" and paper[0].estimate > 0.2

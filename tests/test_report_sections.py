@@ -14,6 +14,7 @@ from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.lab.report import sections
 from topotuner_lab.profiles.card import ModelIdentity
 from topotuner_lab.profiles.select import CardSettings, build_profile
+from topotuner_lab.study.claim_ids import ClaimId
 from topotuner_lab.study.claims import ClaimResult, ClaimRules
 from topotuner_lab.study.plan import RunKey
 from topotuner_lab.study.presets import PRESETS, Preset
@@ -225,7 +226,7 @@ def test_setup_leaves_out_the_cost_when_no_run_recorded_it():
 # claims --------------------------------------------------------------------------------------------------------
 CLAIMS = [
     ClaimResult(
-        "competitive with full fine-tuning",
+        ClaimId.COMPETITIVE,
         "sst2 -> agnews",
         "profile:high-drift@0.05 - full (test accuracy)",
         0.0123,
@@ -235,7 +236,7 @@ CLAIMS = [
         "held",
     ),
     ClaimResult(
-        "competitive with full fine-tuning",
+        ClaimId.COMPETITIVE,
         "agnews -> sst2",
         "profile:high-drift@0.05 - full (test accuracy)",
         -0.05,
@@ -245,7 +246,7 @@ CLAIMS = [
         "did not hold",
     ),
     ClaimResult(
-        "faster per epoch than full FT",
+        ClaimId.FASTER_THAN_FULL,
         "all settings",
         "median profile / median full seconds per epoch",
         0.6,
@@ -262,7 +263,7 @@ def test_claims_table_prints_each_estimate_interval_threshold_and_verdict():
     assert text.startswith("\n## Claims, checked against these numbers\n")
     assert _table_rows(text)[1:] == [
         [
-            "competitive with full fine-tuning",
+            ClaimId.COMPETITIVE,
             "sst2 -> agnews",
             "profile:high-drift@0.05 - full (test accuracy)",
             "+0.012 [-0.004, +0.029]",  # a difference: signed
@@ -270,7 +271,7 @@ def test_claims_table_prints_each_estimate_interval_threshold_and_verdict():
             "held",
         ],
         [
-            "competitive with full fine-tuning",
+            ClaimId.COMPETITIVE,
             "agnews -> sst2",
             "profile:high-drift@0.05 - full (test accuracy)",
             "-0.050 [-0.090, -0.040]",
@@ -278,7 +279,7 @@ def test_claims_table_prints_each_estimate_interval_threshold_and_verdict():
             "did not hold",
         ],
         [
-            "faster per epoch than full FT",
+            ClaimId.FASTER_THAN_FULL,
             "all settings",
             "median profile / median full seconds per epoch",
             "0.6 [0.55, 0.66]",  # a ratio: plain
@@ -292,11 +293,11 @@ def test_claims_summary_holds_only_where_every_setting_agrees():
     text = sections.claims_section(CLAIMS)
     summary = text.split("where every setting agrees):\n\n")[1].split("\n\n")[0].splitlines()
     assert summary == [
-        "- competitive with full fine-tuning: **inconclusive**",  # held in one setting, not in the other
-        "- faster per epoch than full FT: **held**",
+        f"- {ClaimId.COMPETITIVE}: **inconclusive**",  # held in one setting, not in the other
+        f"- {ClaimId.FASTER_THAN_FULL}: **held**",
     ]
     both_fail = [replace(CLAIMS[0], verdict="did not hold"), CLAIMS[1]]
-    assert "- competitive with full fine-tuning: **did not hold**" in sections.claims_section(both_fail)
+    assert f"- {ClaimId.COMPETITIVE}: **did not hold**" in sections.claims_section(both_fail)
 
 
 def test_claims_section_states_the_margin_and_earliest_stop():

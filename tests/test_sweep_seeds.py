@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from topotuner_lab._io.errors import ParameterError
+from topotuner_lab.study.claim_ids import ClaimId
 from topotuner_lab.study.plan import plan
 from topotuner_lab.study.presets import PRESETS
 from topotuner_lab.study.protocol import extension, run_study, select_rate
@@ -86,5 +87,5 @@ def test_the_decisive_preset_is_pre_registered_as_issue_19_asks():
     assert {"random", "magnitude", "low-drift"} <= set(decide.strategies) and decide.strategies[0] == "high-drift"
     assert decide.target.epochs == 6 and decide.target.eval_each_epoch and decide.target.observe_only
     assert decide.target.n_ood >= 1000 and decide.target.ood_tasks == ("boolq",)  # yes/no, unlike SST-2's words
-    assert decide.primary_claim == "competitive with full fine-tuning" and len(decide.prior_seeds) >= 3
+    assert decide.primary_claim == ClaimId.COMPETITIVE and len(decide.prior_seeds) >= 3
     assert len(decide.noise_seeds) >= 5 and decide.lr_extend >= 1

@@ -20,6 +20,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from topotuner_lab._io.errors import ParameterError, TaskError
+from topotuner_lab.study.claim_ids import ClaimId
 from topotuner_lab.study.plan import DEFAULT_RECIPE, PAPER_LORA, RunKey, with_key_columns
 from topotuner_lab.study.power import Design, size_to_decide, two_sided_z
 from topotuner_lab.study.presets import DEFAULT_MARGIN_SHARE, Preset
@@ -51,9 +52,6 @@ FASTER_THAN_FULL = 0.8
 FASTER_THAN_LORA = 1.0
 #: "often stops after 2-3 of 6 epochs": more than this share of the card runs stop by half the budget
 EARLY_STOP_SHARE = 0.5
-
-#: the paper's headline comparison: the card against LoRA as the paper runs it (rank 16 on q, k, v, o)
-BEATS_PAPER_LORA = "beats LoRA as the paper runs it (rank 16)"
 
 TOPOLOGY = ("high-drift", "low-drift")
 CONTROLS = ("random", "magnitude")
@@ -157,7 +155,7 @@ def topology_card(group: pd.DataFrame, budget: float) -> str | None:
 
 
 def _result(
-    claim: str,
+    claim: ClaimId,
     setting: str,
     measure: str,
     interval: Interval,
@@ -182,7 +180,7 @@ def _result(
     if p is not None and interval.seed_diffs is not None:  # the seed-level test too: the larger p-value counts
         p = max(p, seed_level_p(interval.seed_diffs, threshold))
     return ClaimResult(
-        claim,
+        str(claim),
         setting,
         measure,
         interval.estimate,
@@ -350,7 +348,7 @@ def claim_results(
             if has_full:
                 claims.append(
                     _result(
-                        "competitive with full fine-tuning",
+                        ClaimId.COMPETITIVE,
                         setting,
                         f"{card} - full ({_scored(target, rules.measure)})",
                         paired(group, card, "full"),
@@ -360,7 +358,7 @@ def claim_results(
                 with contextlib.suppress(KeyError):  # runs without a forgetting battery (n_ood 0) make no claim
                     claims.append(
                         _result(
-                            "less forgetting than full FT",
+                            ClaimId.LESS_FORGETTING,
                             setting,
                             f"{card} - full (out-of-domain accuracy after)",
                             paired(group, card, "full", "ood_correct_after"),
@@ -373,7 +371,7 @@ def claim_results(
             if budget in cards:
                 claims.append(
                     _result(
-                        "beats LoRA at a matched budget",
+                        ClaimId.BEATS_LORA,
                         setting,
                         f"{cards[budget]} - {lora} ({_scored(target, rules.measure)})",
                         paired(group, cards[budget], lora),
@@ -386,7 +384,7 @@ def claim_results(
             for card in cards.values():
                 claims.append(
                     _result(
-                        BEATS_PAPER_LORA,
+                        ClaimId.BEATS_PAPER_LORA,
                         setting,
                         f"{card} - {paper_lora} ({_scored(target, rules.measure)})",
                         paired(group, card, paper_lora),
@@ -406,7 +404,7 @@ def claim_results(
             for control in sorted(set(controls.loc[controls["strategy"].isin(CONTROLS), "run"])):
                 claims.append(
                     _result(
-                        "topology beats the controls (not a paper claim)",
+                        ClaimId.BEATS_CONTROLS,
                         setting,
                         f"{card} - {control} ({_scored(target, rules.measure)})",
                         paired(group, card, control),
@@ -450,7 +448,7 @@ def _forgetting_nll_claim(
     keep = np.isfinite(x).all(axis=0) & np.isfinite(y).all(axis=0)  # one-token texts have no mean NLL
     return [
         _result(
-            "less forgetting than full FT (held-out text NLL)",
+            ClaimId.LESS_FORGETTING_NLL,
             setting,
             f"{card} - full (rise of each held-out text's mean NLL, nats)",
             paired_interval(x[:, keep], y[:, keep], seed_level),
@@ -490,7 +488,7 @@ def _stop_accuracy_claims(
         seeds = sorted(stop)
         fired = bool(cut[group["run"] == name].any())
         result = _result(
-            "early stopping keeps the accuracy",
+            ClaimId.STOP_KEEPS_ACCURACY,
             setting,
             f"{name}: accuracy at the stop epoch - after the full budget",
             paired_interval([stop[s] for s in seeds], [full[s] for s in seeds], seed_level),
@@ -517,7 +515,7 @@ def _thesis_claims(
             a, b = str(high.iloc[0]), str(low.iloc[0])
             out.append(
                 _result(
-                    "high drift beats low drift (the thesis)",
+                    ClaimId.THESIS,
                     setting,
                     f"{a} - {b} ({_scored(group, measure)})",
                     paired(group, a, b),
@@ -552,7 +550,7 @@ def _selector_claims(
         for other in sorted(others["run"]):
             out.append(
                 _result(
-                    "topology beats the field's selectors (not a paper claim)",
+                    ClaimId.BEATS_SELECTORS,
                     setting,
                     f"{name} - {other} ({_scored(group, measure)})",
                     paired(group, name, other),
@@ -571,12 +569,15 @@ def _speed_claims(runs: pd.DataFrame) -> list[ClaimResult]:
     profile = runs.loc[runs["method"] == "profile", "sec_per_epoch"]
     machines = runs["machine"].dropna().nunique() if "machine" in runs else 0
     out = []
-    for name, threshold in (("full", FASTER_THAN_FULL), ("lora", FASTER_THAN_LORA)):
+    for name, threshold, claim in (
+        ("full", FASTER_THAN_FULL, ClaimId.FASTER_THAN_FULL),
+        ("lora", FASTER_THAN_LORA, ClaimId.FASTER_THAN_LORA),
+    ):
         other = runs.loc[runs["method"] == name, "sec_per_epoch"]
         if len(profile) and len(other):
             out.append(
                 _result(
-                    f"faster per epoch than {'full FT' if name == 'full' else 'LoRA'}",
+                    claim,
                     "all settings",
                     f"median profile / median {name} seconds per epoch",
                     bootstrap_ratio(profile, other),
@@ -601,11 +602,7 @@ def _stopping_claims(results: pd.DataFrame) -> list[ClaimResult]:
         budget = int(group["epochs_run"].max())
         by = early_by(budget)
         early = int((group["stop_epoch"].notna() & (group["stop_epoch"] <= by)).sum())
-        claim = (
-            "early stopping often stops after 2-3 of 6 epochs"
-            if schedule == "linear"
-            else "early stopping, constant learning rate (not a paper claim)"
-        )
+        claim = ClaimId.STOPS_EARLY if schedule == "linear" else ClaimId.STOPS_EARLY_CONSTANT_LR
         result = _result(
             claim,
             f"{schedule} schedule, {len(group)} runs",
@@ -622,7 +619,7 @@ def _stopping_claims(results: pd.DataFrame) -> list[ClaimResult]:
     return out
 
 
-def paper_count(claims: list[ClaimResult], claim: str = BEATS_PAPER_LORA) -> str:
+def paper_count(claims: list[ClaimResult], claim: str = ClaimId.BEATS_PAPER_LORA) -> str:
     """The paper's way of counting one claim ("beats LoRA in 7 of 9 settings"), beside what the intervals say.
 
     The paper counts settings where the card's score is above LoRA's; here that is the point estimate, and the
@@ -641,12 +638,12 @@ def paper_count(claims: list[ClaimResult], claim: str = BEATS_PAPER_LORA) -> str
 
 def paper_speed(claims: list[ClaimResult]) -> str:
     """The speed claims as the paper states them: how much less time per epoch a card run takes (its 20.4% and 5.5%)."""
-    paper = {"full FT": 20.4, "LoRA": 5.5}
+    paper = {ClaimId.FASTER_THAN_FULL: ("full FT", 20.4), ClaimId.FASTER_THAN_LORA: ("LoRA", 5.5)}
     parts = [
-        f"{100 * (1 - c.estimate):.1f}% less than {name} (the paper: {paper[name]}%)"
+        f"{100 * (1 - c.estimate):.1f}% less than {name} (the paper: {share}%)"
         for c in claims
-        for name in paper
-        if c.claim == f"faster per epoch than {name}"
+        for claim, (name, share) in paper.items()
+        if c.claim == claim
     ]
     return f"A card run takes {' and '.join(parts)} of the time per epoch, median against median." if parts else ""
 

@@ -6,6 +6,7 @@ its size, its cost and the command that runs it); a user's preset is a file of t
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from topotuner_lab._io.yaml_files import SUFFIXES, YamlFolder, in_file, read_map
 from topotuner_lab.drift.columns import DEFAULT_METRIC
 from topotuner_lab.drift.settings import RECIPES, DriftSettings
 from topotuner_lab.profiles.card import DEFAULT_NORMALIZATION, NORMALIZATIONS, STRATEGIES
+from topotuner_lab.study.claim_ids import CLAIM_TITLES, ClaimId
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.early_stopping import DEFAULT_STOP_THRESHOLD
 
@@ -128,7 +130,7 @@ class Preset(Config):
     )
     stop_threshold: float = opt(DEFAULT_STOP_THRESHOLD, "early-stopping threshold of the cards", check=OPEN_UNIT)
     primary_claim: str = opt(
-        "competitive with full fine-tuning",
+        ClaimId.COMPETITIVE.value,
         "the pre-registered primary claim, judged on its own interval; every other paired claim is secondary and "
         "judged after Holm's correction",
         check=Check(lambda v: isinstance(v, str) and v.strip() != "", "a claim's name"),
@@ -212,7 +214,17 @@ class Preset(Config):
     )
 
     def check(self) -> None:
-        """Every family that runs has a rate grid; rates are chosen on validation data; LoRA has a card to match."""
+        """Every family that runs has a rate grid; rates are chosen on validation data; LoRA has a card to match.
+
+        The primary claim is one the comparison judges (:class:`~topotuner_lab.study.claim_ids.ClaimId`).
+        """
+        if self.primary_claim not in CLAIM_TITLES:
+            close = difflib.get_close_matches(self.primary_claim, CLAIM_TITLES, n=1)
+            self.fail(
+                f"primary_claim={self.primary_claim!r} is not a claim the comparison judges"
+                + (f" (did you mean {close[0]!r}?)" if close else ""),
+                f"name one of the claims: {'; '.join(map(repr, CLAIM_TITLES))}",
+            )
         shared = sorted(set(self.sweep_seeds) & set(self.seeds))
         if shared:
             self.fail(

@@ -22,6 +22,7 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from topotuner_lab.profiles.card import ProfileCard
+from topotuner_lab.study.claim_ids import ClaimId
 from topotuner_lab.study.claims import ClaimResult
 from topotuner_lab.study.stats import (
     LEVEL,
@@ -156,7 +157,7 @@ def stability_claim(table: pd.DataFrame, setting: str) -> ClaimResult | None:
     threshold = float(table["random_jaccard"].mean())
     seeds = len(set(table["seed_a"]) | set(table["seed_b"]))
     return ClaimResult(
-        "a card's picks hold across prior runs (not a paper claim)",
+        ClaimId.PICKS_HOLD.value,
         setting,
         f"mean Jaccard of the picks over {len(table)} pairs of prior seeds (threshold: random cards of the same size)",
         interval.estimate,
@@ -214,7 +215,7 @@ def model_dependence_claims(shares: Mapping[str, tuple[str, Sequence[float]]]) -
         lead, trail = (first, other) if sign > 0 else (other, first)
         claims.append(
             ClaimResult(
-                "which kinds drift depends on the model family" + ("" if paper else " (not a paper claim)"),
+                (ClaimId.KINDS_DEPEND_ON_FAMILY if paper else ClaimId.KINDS_DEPEND_ON_FAMILY_UNCLAIMED).value,
                 f"{lead} ({family(shares[lead][0])}) vs {trail} ({family(shares[trail][0])})",
                 f"V/O share of the high-drift picks, {lead} - {trail} (prior seeds: {len(a)} and {len(b)})",
                 interval.estimate,
