@@ -39,6 +39,7 @@ def test_all_notebooks_run_headlessly_on_the_tiny_profile(tmp_path):
         code = [c for c in book.cells if c.cell_type == "code"]
         assert all(c.metadata.papermill.status == "completed" for c in code), path.name
         assert sum(len(c.outputs) for c in code) > 0, f"{path.name} produced no output"
+        _reads_well(path, code)
     for stems in EXPECTED_FIGURES.values():
         for stem in stems:
             html = (tmp_path / "figures" / f"{stem}.html").read_text()
@@ -61,6 +62,39 @@ def test_all_notebooks_run_headlessly_on_the_tiny_profile(tmp_path):
     assert (sweeps.groupby("method")["chosen"].sum() == 1).all()
     chosen = sweeps[(sweeps["method"] == "profile") & sweeps["chosen"]]
     assert chosen["lr"].item() == results["learning_rate"]
+
+
+#: the workbench series (01..07): each opens with what it shows, reads, writes and what to look for
+SERIES = tuple(name for name in NOTEBOOKS if name[:2] in {"01", "02", "03", "04", "05", "06", "07"})
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+
+
+def _reads_well(path: Path, code: list) -> None:
+    """An executed notebook as it reads when opened: no progress debris, warnings or leaked reprs; figures shown."""
+    outputs = [o for c in code for o in c.outputs]
+    text = "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in outputs)
+    for debris in ("Loading weights", "Writing model shards", "FutureWarning", "[PosixPath(", "VBox(children"):
+        assert debris not in text, f"{path.name} shows {debris!r}"
+    html = "".join(str(o.get("data", {}).get("text/html", "")) for o in outputs)
+    assert "plotly.js v" not in html and path.stat().st_size < 1_500_000, f"{path.name} carries its own plotly.js"
+    if path.name not in SERIES:
+        return
+    if path.name in EXPECTED_FIGURES:  # widgets' figures too: a static copy draws without a kernel
+        assert any(PLOTLY_MIME in o.get("data", {}) for o in outputs), f"{path.name} displays no figure"
+    opening = nbformat.read(path, as_version=4).cells[0]
+    assert opening.cell_type == "markdown" and all(w in opening.source for w in ("**Reads**", "**Writes**")), path.name
+
+
+def test_notebooks_open_as_documents_with_one_setup_call():
+    for name in SERIES:
+        book = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+        opening = book.cells[0]
+        assert opening.cell_type == "markdown", name
+        assert all(w in opening.source for w in ("**Shows**", "**Reads**", "**Writes**", "**Look for**")), name
+        code = "".join(c.source for c in book.cells if c.cell_type == "code")
+        assert code.count("notebooks.setup(figures_dir)") == 1, name  # the shared setup, not a copied cell
+        for wiring in ("observe(", "FigureWidget", "use_offline_renderer", "mkdir("):
+            assert wiring not in code, (name, wiring)  # widget wiring and setup live in topotuner_lab.lab
 
 
 @pytest.mark.slow

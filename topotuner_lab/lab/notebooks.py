@@ -7,6 +7,7 @@ each executed copy is kept. Overrides are checked against the type of each noteb
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import time
 import warnings
@@ -113,21 +114,45 @@ def setup(figures_dir: str | os.PathLike[str]) -> Path:
     """Prepare a notebook of the series; returns its figures folder (created).
 
     Figures render through JupyterLab's plotly extension (:data:`~topotuner_lab.lab.plots.OFFLINE_RENDERER`).
-    Model loading and saving progress bars (transformers, huggingface_hub) and the libraries' FutureWarnings are
-    switched off: in a saved notebook they are stuck lines that say nothing about the experiment.
+    Progress bars (:func:`quiet_progress`) and the libraries' FutureWarnings are switched off: in a saved notebook
+    they are stuck lines that say nothing about the experiment.
     """
-    import huggingface_hub.utils
-    import transformers.utils.logging
-
     from topotuner_lab.lab.plots import use_offline_renderer
 
     use_offline_renderer()
-    transformers.utils.logging.disable_progress_bar()
-    huggingface_hub.utils.disable_progress_bars()
+    quiet_progress()
     warnings.filterwarnings("ignore", category=FutureWarning)
     folder = Path(figures_dir)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def quiet_progress() -> None:
+    """No progress bars in this process: transformers', huggingface_hub's, datasets' and every tqdm bar.
+
+    In a notebook each bar is a widget whose saved text reads "0%" forever; the Trainer's notebook callback draws an
+    HTML table per run. The Trainer gets its terminal callback (a tqdm bar, switched off here) instead.
+    """
+    import datasets
+    import huggingface_hub.utils
+    import transformers.trainer
+    import transformers.utils.logging
+    from tqdm import tqdm
+
+    transformers.utils.logging.disable_progress_bar()
+    huggingface_hub.utils.disable_progress_bars()
+    datasets.disable_progress_bars()
+    transformers.trainer.DEFAULT_PROGRESS_CALLBACK = transformers.trainer.ProgressCallback
+    shown = tqdm.__init__
+    if getattr(shown, "quiet", False):
+        return
+
+    @functools.wraps(shown)
+    def quiet(self: tqdm, *args: Any, **kwargs: Any) -> None:
+        shown(self, *args, **{**kwargs, "disable": True})
+
+    quiet.quiet = True  # type: ignore[attr-defined]
+    tqdm.__init__ = quiet  # type: ignore[method-assign]
 
 
 def export(figure: Any, stem: str | os.PathLike[str]) -> Any:
@@ -227,6 +252,11 @@ def _failed_cell(executed: Path) -> str:
     return "no failed cell recorded (kernel died or timed out)"
 
 
+#: papermill in a child process, its arguments as JSON; ``store_widget_state=False``: a saved notebook keeps no widget
+#: models (each plotly FigureWidget's state carries a 4.9 MB plotly.js); the static figures beside the widgets show
+_PAPERMILL = "import json, sys, papermill; papermill.execute_notebook(**json.loads(sys.argv[1]))"
+
+
 def _execute_one(source: Path, target: Path, params: dict[str, Any], kernel: str, cell_timeout: int, cwd: Path) -> None:
     """Run one notebook with papermill in a fresh process (isolates memory and kernel clients)."""
     import json
@@ -234,28 +264,17 @@ def _execute_one(source: Path, target: Path, params: dict[str, Any], kernel: str
     import sys
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    params_file = target.with_suffix(".params.json")
-    params_file.write_text(json.dumps(params))
-    cmd = [
-        sys.executable,
-        "-m",
-        "papermill",
-        str(source),
-        str(target),
-        "-f",
-        str(params_file),
-        "-k",
-        kernel,
-        "--cwd",
-        str(cwd),
-        "--execution-timeout",
-        str(cell_timeout),
-        "--no-progress-bar",
-        "--log-level",
-        "WARNING",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    params_file.unlink(missing_ok=True)
+    arguments = dict(
+        input_path=str(source),
+        output_path=str(target),
+        parameters=params,
+        kernel_name=kernel,
+        cwd=str(cwd),
+        execution_timeout=cell_timeout,
+        progress_bar=False,
+        store_widget_state=False,
+    )
+    proc = subprocess.run([sys.executable, "-c", _PAPERMILL, json.dumps(arguments)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise NotebookError(
             f"{source.name} failed: {_failed_cell(target)}",

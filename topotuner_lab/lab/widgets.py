@@ -11,6 +11,7 @@ import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import ipywidgets as w
 import pandas as pd
@@ -37,6 +38,19 @@ from topotuner_lab.tasks.specs import TASKS, TaskSpec, get_task
 from topotuner_lab.topology.persistence import diagrams
 from topotuner_lab.weights.projections import parse_pid
 from topotuner_lab.weights.snapshot import Snapshot
+
+
+class Panel(w.VBox):
+    """A box of widgets whose plain-text output says what it is, for a notebook read without a running kernel.
+
+    A saved notebook keeps no widget state (:func:`~topotuner_lab.lab.notebooks.run_notebooks`); viewers that cannot
+    draw the widget show this line instead of the widget's repr (``VBox(children=(...``).
+    """
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        data: dict[str, Any] = super()._repr_mimebundle_(**kwargs)
+        data["text/plain"] = f"[interactive {type(self).__name__}: run the notebook to use it]"
+        return data
 
 
 class ProjectionPicker(w.HBox):
@@ -72,7 +86,7 @@ def diagram_figures(pretrained: Snapshot, finetuned: Snapshot, pid: str) -> tupl
     )
 
 
-def persistence_explorer(pretrained: Snapshot, finetuned: Snapshot, layer: int = 0, kind: str = "v") -> w.VBox:
+def persistence_explorer(pretrained: Snapshot, finetuned: Snapshot, layer: int = 0, kind: str = "v") -> Panel:
     """A :class:`ProjectionPicker` over the snapshots' projections with the picked one's diagrams, redrawn live."""
     views = (go.FigureWidget(), go.FigureWidget())
 
@@ -83,10 +97,10 @@ def persistence_explorer(pretrained: Snapshot, finetuned: Snapshot, layer: int =
     picker = ProjectionPicker(list(pretrained.matrices), on_change=show)
     picker.layer.value, picker.kind.value = layer, kind
     show(picker.pid)
-    return w.VBox([picker, *views])
+    return Panel([picker, *views])
 
 
-def drift_explorer(table: pd.DataFrame, measures: Sequence[str], beside: str = "rel_frobenius") -> w.VBox:
+def drift_explorer(table: pd.DataFrame, measures: Sequence[str], beside: str = "rel_frobenius") -> Panel:
     """A dropdown of drift ``measures`` and the chosen one's heatmap beside the ``beside`` column's, redrawn live."""
     column = w.Dropdown(options=list(measures), description="drift")
     view = go.FigureWidget()
@@ -96,7 +110,7 @@ def drift_explorer(table: pd.DataFrame, measures: Sequence[str], beside: str = "
 
     column.observe(lambda change: show(change.new), names="value")
     show(column.value)
-    return w.VBox([column, view])
+    return Panel([column, view])
 
 
 def task_label(spec: TaskSpec) -> str:
@@ -117,7 +131,7 @@ def task_summary(spec: TaskSpec) -> str:
     return f"{spec.task}: {spec.output_type} scored by {spec.metric} on {scoring}; data: {' or '.join(sources)}"
 
 
-class TaskPicker(w.VBox):
+class TaskPicker(Panel):
     """A built-in task (:data:`~topotuner_lab.tasks.specs.TASKS`) from a dropdown, or a task spec file by its path.
 
     ``value`` is the chosen built-in name, or the typed path once :func:`~topotuner_lab.tasks.specs.get_task` reads
@@ -289,7 +303,7 @@ def recipe_summary(name: str) -> str:
     return f"{name}: {s.metric} distance between rows, {dims}; {orders}; ground metric L{s.internal_p:g}"
 
 
-class ProfileBuilder(w.VBox):
+class ProfileBuilder(Panel):
     """A profile card built with widgets: drift recipe, strategy, budget (% or count), metric and homology dimension.
 
     The heatmap (coloured by the scores the strategy ranks by, the picks outlined) and the trainable-parameter count
