@@ -196,6 +196,21 @@ def test_profile_builder_shows_a_failing_strategy_and_a_failing_save(table, tiny
     assert list(tmp_path.glob("sst2-high-drift-*.json")) and "saved" in builder.status.value
 
 
+def test_explorers_redraw_live_and_read_as_a_line_without_a_kernel(tiny_snapshot, table):
+    from topotuner_lab.lab.widgets import drift_explorer, persistence_explorer
+
+    explorer = persistence_explorer(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.1), 1, "k")
+    picker, diagram, _bars = explorer.children
+    assert diagram.layout.title.text == "L1.k: persistence diagram"
+    picker.layer.value = 0
+    assert diagram.layout.title.text == "L0.k: persistence diagram"
+    assert explorer._repr_mimebundle_()["text/plain"] == "[interactive Panel: run the notebook to use it]"
+    drift = drift_explorer(table, ["h0_w1", "h1_w1"])
+    column, view = drift.children
+    column.value = "h1_w1"
+    assert [a.text for a in view.layout.annotations] == ["h1_w1", "rel_frobenius"]
+
+
 def test_png_export_retries_a_transient_kaleido_failure(tmp_path, monkeypatch):
     calls = []
 
