@@ -152,7 +152,7 @@ def quiet_progress() -> None:
         shown(self, *args, **{**kwargs, "disable": True})
 
     quiet.quiet = True  # type: ignore[attr-defined]
-    tqdm.__init__ = quiet  # type: ignore[method-assign]
+    tqdm.__init__ = quiet
 
 
 def export(figure: Any, stem: str | os.PathLike[str]) -> Any:
