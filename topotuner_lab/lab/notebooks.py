@@ -131,7 +131,8 @@ def quiet_progress() -> None:
     """No progress bars in this process: transformers', huggingface_hub's, datasets' and every tqdm bar.
 
     In a notebook each bar is a widget whose saved text reads "0%" forever; the Trainer's notebook callback draws an
-    HTML table per run. The Trainer gets its terminal callback (a tqdm bar, switched off here) instead.
+    HTML table per run, its terminal one prints every log line. The Trainer gets a callback that does nothing (the
+    losses stay in each run's results, which the notebooks plot).
     """
     import datasets
     import huggingface_hub.utils
@@ -142,7 +143,7 @@ def quiet_progress() -> None:
     transformers.utils.logging.disable_progress_bar()
     huggingface_hub.utils.disable_progress_bars()
     datasets.disable_progress_bars()
-    transformers.trainer.DEFAULT_PROGRESS_CALLBACK = transformers.trainer.ProgressCallback
+    transformers.trainer.DEFAULT_PROGRESS_CALLBACK = transformers.trainer.TrainerCallback  # does nothing
     shown = tqdm.__init__
     if getattr(shown, "quiet", False):
         return
