@@ -211,6 +211,15 @@ def test_explorers_redraw_live_and_read_as_a_line_without_a_kernel(tiny_snapshot
     assert [a.text for a in view.layout.annotations] == ["h1_w1", "rel_frobenius"]
 
 
+def test_a_figure_widget_updated_before_it_shows_syncs_its_figure(table):
+    """A browser view created after the update draws from the synced state, not from the (missed) update messages."""
+    widget = go.FigureWidget()
+    fig = plots.drift_heatmaps(table, ["h0_w1"], selected=["L1.v"])
+    plots.update_figure_widget(widget, fig)
+    assert [t["type"] for t in widget._widget_data] == ["heatmap", "scatter"]
+    assert widget._widget_layout["title"]["text"] == fig.layout.title.text
+
+
 def test_png_export_retries_a_transient_kaleido_failure(tmp_path, monkeypatch):
     calls = []
 

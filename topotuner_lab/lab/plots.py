@@ -6,6 +6,7 @@ Every function returns a new ``go.Figure`` (no global state), so the same figure
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib
 import logging
@@ -560,6 +561,9 @@ def update_figure_widget(widget: go.FigureWidget, fig: go.Figure) -> go.FigureWi
         widget.data = []
         widget.add_traces(list(fig.data))
         widget.layout = fig.layout
+    # the synced state a browser view draws from when it is created: the update messages above reach only a model
+    # whose script has loaded (on a busy machine a widget updated before it shows would draw empty axes)
+    widget._widget_data, widget._widget_layout = copy.deepcopy(widget._data), copy.deepcopy(widget._layout)
     return widget
 
 
