@@ -72,6 +72,11 @@ def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
     tables = {path: path.stat().st_mtime_ns for path in clone.rglob("drift-*.parquet")}
     from topotuner_lab._io.errors import InputFileError
 
+    # its report renders from the facts of the weights recorded beside the ledger: the same text as with the weights
+    again = write_report(clone, clone / "R.md", "test").read_text()
+    assert again == write_report(out, out / "R.md", "test").read_text()
+    for facts in clone.rglob("weights-facts.json"):  # a ledger of an earlier version: no record of the weights
+        facts.unlink()
     with pytest.raises(InputFileError, match="not the pretrained snapshot"):  # its report says what to run first
         write_report(clone, clone / "R.md", "test")
     assert main(["reproduce", "--preset", "tiny", "-o", str(clone)]) == 0

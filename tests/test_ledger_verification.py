@@ -1,7 +1,8 @@
 """A report trusts no ledger file it has not verified; cards and epoch aggregates refuse incomplete or negative drift.
 
 The ledger cases edit a copy of the committed comparison ``runs/reproduce-cpu-decide`` (never the ledger itself). It
-holds no weights, so a ledger that verifies stops at the missing pretrained snapshot: the verification comes first.
+holds no weights; without them and the record of their facts (``weights-facts.json``, removed from each copy), a ledger
+that verifies stops at the missing pretrained snapshot: the verification comes first.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ VERIFIED = "not the pretrained snapshot"  # what a verified ledger without weigh
 
 @pytest.fixture
 def ledger(tmp_path) -> Path:
-    return Path(shutil.copytree(LEDGER, tmp_path / "reproduce-cpu-decide"))
+    copy = Path(shutil.copytree(LEDGER, tmp_path / "reproduce-cpu-decide"))
+    (copy / "weights-facts.json").unlink()  # the report would render from it: stop at the weights instead
+    return copy
 
 
 def _results(folder: Path) -> pd.DataFrame:

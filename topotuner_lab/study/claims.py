@@ -230,16 +230,25 @@ def with_holm(claims: list[ClaimResult], primary: str) -> list[ClaimResult]:
     return out
 
 
-def pilot_labels(claims: list[ClaimResult], pilot: bool = False) -> list[ClaimResult]:
+def pilot_labels(
+    claims: list[ClaimResult], pilot: bool = False, *, seeds: int | None = None, prior_seeds: int | None = None
+) -> list[ClaimResult]:
     """Verdicts that cannot decide read *pilot*, with the size that would decide them where it can be measured.
 
-    Every claim of a pilot study (``Preset.pilot``) is one; so is any paired claim of a study resting on one
-    training seed per arm (its seed noise is unmeasured). Claims the setup cannot test keep saying so.
+    Every claim of a pilot study (``Preset.pilot``) is one; so is any claim resting on one training seed (a paired
+    claim whose design has one, or every claim of runs at ``seeds`` < 2: their seed noise is unmeasured) or on fewer
+    than :data:`~topotuner_lab.study.stability.MIN_PRIOR_SEEDS` prior seeds (``prior_seeds``: the card every claim
+    judges comes from one prior fine-tune, whose own noise is then unmeasured). ``seeds`` and ``prior_seeds`` are
+    None for claims they do not bear on (the drift claims judge prior seeds themselves). Claims the setup cannot
+    test keep saying so.
     """
+    from topotuner_lab.study.stability import MIN_PRIOR_SEEDS  # stability judges claims too: imported when called
+
+    few_priors = prior_seeds is not None and prior_seeds < MIN_PRIOR_SEEDS
     out = []
     for c in claims:
-        one_seed = c.design is not None and c.design.seeds < 2
-        if c.verdict == UNTESTABLE or not (pilot or one_seed):
+        one_seed = (c.design is not None and c.design.seeds < 2) or (seeds is not None and seeds < 2)
+        if c.verdict == UNTESTABLE or not (pilot or one_seed or few_priors):
             out.append(c)
             continue
         size = c.to_decide
@@ -247,6 +256,8 @@ def pilot_labels(claims: list[ClaimResult], pilot: bool = False) -> list[ClaimRe
             size = size_to_decide(c.design, c.estimate, c.threshold)
         elif not size and one_seed:
             size = "2 seeds or more to measure the seed noise, then sized from it"
+        if few_priors:
+            size = f"{MIN_PRIOR_SEEDS} prior seeds or more (here {prior_seeds})" + (f"; {size}" if size else "")
         out.append(replace(c, verdict=PILOT, to_decide=size))
     return out
 

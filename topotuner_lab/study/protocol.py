@@ -49,6 +49,7 @@ from topotuner_lab.study.plan import (
     transfers,
 )
 from topotuner_lab.study.presets import Preset
+from topotuner_lab.study.weights_facts import record_weights_facts
 from topotuner_lab.study.workspace import (
     WorkDir,
     finetune_once,
@@ -241,6 +242,7 @@ def prepare(preset: Preset, work: WorkDir, log: Log) -> tuple[LoadedModel, Cards
         log(noise_check(tables[first, DEFAULT_RECIPE], noise, preset.metric, warn=True).message)
         by_recipe = {recipe: tables[first, recipe] for recipe in preset.recipes}
         cards.update(cards_for_prior(preset, by_recipe, noise, pre, loaded, prior, work, log))
+    record_weights_facts(work, preset.prior_tasks)  # what a report needs of the weights, which git does not keep
     _transfer_checks(preset, cards, loaded, work, log)
     for name in preset.other_models:
         other, folder = load_model(name), work.model(name)
@@ -248,6 +250,7 @@ def prepare(preset: Preset, work: WorkDir, log: Log) -> tuple[LoadedModel, Cards
         noise_tables_once(other_pre, folder, preset.noise_seeds, preset.drift)
         for prior in preset.prior_tasks:
             prior_drift(preset, other, other_pre, prior, folder, log, (DEFAULT_RECIPE,))
+        record_weights_facts(folder, preset.prior_tasks)
         del other
     return loaded, cards
 

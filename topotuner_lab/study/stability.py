@@ -2,9 +2,11 @@
 
 Both questions are asked of the cards that several prior fine-tunes (``Preset.prior_seeds``) would build:
 
-- **stability**: the Jaccard index of the trainable sets of every pair of prior seeds, against what two random
-  cards of the same sizes would share (:func:`random_jaccard`). A ranking that another prior seed does not
-  reproduce is noise, whatever its drift stands above the perturbation floor.
+- **stability**: the Jaccard index of the trainable sets of every pair of prior seeds, against what cards built the
+  same way from noise-only drift tables share (the pretrained weights against perturbed copies: :func:`noise_null`).
+  Those cards agree far more than random cards of the same sizes (:func:`random_jaccard`, shown beside), since a
+  normalized ranking carries the matrices' own structure whatever moved them; picks that agree across prior seeds
+  no more than noise-only cards agree with each other show no stability of their own.
 - **ranking noise per matrix**: each matrix's ranking score with a t-interval over the prior seeds, and how many
   seeds' cards pick it (:func:`drift_over_seeds`); the Spearman correlation of the whole ranking per seed pair.
 - **model dependence**: the share of value and output matrices among a card's picks, per model, with an interval
@@ -96,6 +98,51 @@ def stability_table(cards: Mapping[int, ProfileCard]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def noise_null(cards: Mapping[int, ProfileCard], noise_cards: Mapping[int, ProfileCard]) -> pd.DataFrame:
+    """The null a card's stability must beat: Jaccard of every pair of noise-only cards, and of each card with each.
+
+    ``cards`` are the prior seeds' cards, ``noise_cards`` the cards the same settings give from each noise-only drift
+    table (by noise seed). One row per pair: ``pair`` is ``noise-noise`` (the null distribution) or ``card-noise``
+    (how much a prior seed's card shares with noise-only picks).
+    """
+    rows = [
+        {
+            "pair": "noise-noise",
+            "seed_a": a,
+            "seed_b": b,
+            "jaccard": jaccard(noise_cards[a].trainable, noise_cards[b].trainable),
+        }
+        for a, b in combinations(sorted(noise_cards), 2)
+    ]
+    rows += [
+        {
+            "pair": "card-noise",
+            "seed_a": a,
+            "seed_b": b,
+            "jaccard": jaccard(cards[a].trainable, noise_cards[b].trainable),
+        }
+        for a in sorted(cards)
+        for b in sorted(noise_cards)
+    ]
+    return pd.DataFrame(rows, columns=["pair", "seed_a", "seed_b", "jaccard"])
+
+
+def noise_null_sentence(null: pd.DataFrame) -> str:
+    """One sentence read off :func:`noise_null`: how much noise-only cards share with each other and with the cards."""
+    noise_pairs = null[null["pair"] == "noise-noise"]
+    inner, cross = noise_pairs["jaccard"], null.loc[null["pair"] == "card-noise", "jaccard"]
+    if inner.empty:
+        return ""
+    tables = len(set(noise_pairs["seed_a"]) | set(noise_pairs["seed_b"]))
+    span = lambda v: f"{v.min():.2f}-{v.max():.2f}" if len(v) > 1 else f"{v.iloc[0]:.2f}"  # noqa: E731
+    return (
+        f"The null: cards built the same way from the {tables} noise-only drift tables share a Jaccard index of "
+        f"{span(inner)} with each other (mean {inner.mean():.2f})"
+        + (f" and {span(cross)} with the prior seeds' cards" if len(cross) else "")
+        + "."
+    )
+
+
 def stability_sentence(pairs: pd.DataFrame, over: pd.DataFrame) -> str:
     """One sentence read off :func:`stability_table` and :func:`drift_over_seeds` of the same cards."""
     picked = over[over["picked_by"] > 0]
@@ -145,21 +192,30 @@ def drift_over_seeds(cards: Mapping[int, ProfileCard]) -> pd.DataFrame:
     return out.sort_values("mean", ascending=False)
 
 
-def stability_claim(table: pd.DataFrame, setting: str) -> ClaimResult | None:
-    """Whether picks agree across prior seeds more than random cards of the same sizes do (mean over pairs).
+def stability_claim(table: pd.DataFrame, setting: str, null: pd.DataFrame | None = None) -> ClaimResult | None:
+    """Whether picks agree across prior seeds more than cards from noise-only drift tables do (mean over pairs).
 
-    The interval resamples the seed pairs, which share seeds, so it is optimistic; with three prior seeds it rests
-    on three pairs: read it as a first look, not a test. Fewer than :data:`MIN_PRIOR_SEEDS` seeds get no verdict.
+    ``null`` is :func:`noise_null` of the same cards: the mean Jaccard of its noise-only card pairs is the threshold.
+    Without noise tables the threshold is what random cards of the same sizes share, a null any normalized ranking
+    beats by structure alone, which the measure then says. The interval resamples the seed pairs, which share seeds,
+    so it is optimistic; with three prior seeds it rests on three pairs: read it as a first look, not a test. Fewer
+    than :data:`MIN_PRIOR_SEEDS` seeds get no verdict.
     """
     if table.empty:
         return None
     interval = bootstrap_stat(table["jaccard"].to_numpy(float), stat=np.mean)
-    threshold = float(table["random_jaccard"].mean())
+    inner = null.loc[null["pair"] == "noise-noise", "jaccard"] if null is not None else pd.Series(dtype=float)
+    threshold = float(inner.mean()) if len(inner) else float(table["random_jaccard"].mean())
+    against = (
+        f"cards from noise-only drift tables, mean over {len(inner)} pairs"
+        if len(inner)
+        else "random cards of the same size, no noise tables"
+    )
     seeds = len(set(table["seed_a"]) | set(table["seed_b"]))
     return ClaimResult(
         ClaimId.PICKS_HOLD.value,
         setting,
-        f"mean Jaccard of the picks over {len(table)} pairs of prior seeds (threshold: random cards of the same size)",
+        f"mean Jaccard of the picks over {len(table)} pairs of prior seeds (threshold: {against})",
         interval.estimate,
         interval.low,
         interval.high,

@@ -6,34 +6,31 @@ Load what the comparison computed (:mod:`.inputs`), export its figures (:mod:`.f
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 
 from topotuner_lab._io import atomic
 from topotuner_lab.lab.report import sections
 from topotuner_lab.lab.report.figures import export_claims_figure, export_drift_figures, export_matrix_figure
 from topotuner_lab.lab.report.inputs import StudyInputs, load_study
-from topotuner_lab.profiles.card import ModelIdentity
 
 
 def render(
     study: StudyInputs,
     figures: dict[tuple[str, str], str],
     command: str,
-    day: str,
     matrix_figure: str | None = None,
     claims_figure: str | None = None,
 ) -> str:
     """The report's Markdown from loaded inputs and the figure paths (model, prior) -> relative path."""
     results, preset = study.results, study.preset
     parts = [
-        sections.header(command, day, study.machine),
+        sections.header(command, study.machine),
         sections.setup_section(preset, len(results), study.planned_runs, results, study.test_rows, study.val_sources),
         sections.claims_section(study.claims, claims_figure),
         sections.transfer_section(study.transfer_checks),
         sections.transfer_matrix_section(study.matrix, matrix_figure, study.transfer_checks),
         sections.seed_picks_section(study.seed_picks, preset.strategies[0], preset.budgets[0]),
-        sections.prior_seed_section(study.prior_seed_cards, preset.strategies[0]),
+        sections.prior_seed_section(study.prior_seed_cards, preset.strategies[0], study.stability_nulls),
     ]
     if len(results):  # a drift-only comparison (no target task) has no fine-tunes to show
         parts += [
@@ -47,14 +44,14 @@ def render(
             by_kind = sections.drift_by_kind(table)
             kinds[(model.name, prior)] = by_kind["h0_w1_per_row"]
             parts.append(sections.drift_section(model.name, prior, figures[(model.name, prior)], by_kind))
+            after = model.facts.finetuned.get(prior)
             parts.append(
                 sections.noise_floor_section(
-                    model.pretrained, model.finetuned.get(prior), table, model.noise, preset.metric
+                    model.facts.grid_share, after.grid_share if after else None, table, model.noise, preset.metric
                 )
             )
             if index == 0:
-                identity = ModelIdentity.from_snapshot(model.pretrained)
-                parts.append(sections.normalization_section(table, identity, model.noise, preset, prior))
+                parts.append(sections.normalization_section(table, model.facts.identity, model.noise, preset, prior))
     if len({name for name, _ in kinds}) > 1:
         parts.append(sections.model_family_section(kinds))
     if len(results):
@@ -63,7 +60,11 @@ def render(
 
 
 def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
-    """Write the Markdown report for the comparison under ``out_dir`` to ``target`` (figures beside it)."""
+    """Write the Markdown report for the comparison under ``out_dir`` to ``target`` (figures beside it).
+
+    The text depends on the ledger alone (no date, no weights where their facts are recorded), so the same command
+    on a fresh clone writes the same bytes.
+    """
     study, target = load_study(out_dir), Path(target)
     figures = {}
     for index, model in enumerate(study.models):
@@ -78,6 +79,5 @@ def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
         else None
     )
     claims_figure = export_claims_figure(study.claims, target.parent / "figures", target.stem.lower())
-    day = f"{datetime.now(timezone.utc):%Y-%m-%d}"
-    atomic.write_text(target, render(study, figures, command, day, matrix_figure, claims_figure))
+    atomic.write_text(target, render(study, figures, command, matrix_figure, claims_figure))
     return target

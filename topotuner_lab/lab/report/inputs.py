@@ -1,7 +1,8 @@
 """What a report renders, loaded and checked.
 
-A comparison's results, preset and claims, and each model's drift tables, noise floor and snapshots. Loading never
-computes: a table the comparison did not write is left out.
+A comparison's results, preset and claims, and each model's drift tables, noise floor and the facts of its weights
+(recorded beside the ledger, so a folder restored from git renders without weights). Loading never computes: a table
+the comparison did not write is left out.
 """
 
 from __future__ import annotations
@@ -16,40 +17,50 @@ import pandas as pd
 from topotuner_lab._io.errors import InputFileError
 from topotuner_lab.drift.tables import load_table
 from topotuner_lab.lab.report import ledger
-from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
+from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.study.cards import prior_seed_dir
-from topotuner_lab.study.claims import ClaimResult, ClaimRules, claim_results, pilot_labels, stopping_runs, with_holm
+from topotuner_lab.study.claims import (
+    ClaimResult,
+    ClaimRules,
+    claim_results,
+    pilot_labels,
+    runs_at_chosen_rate,
+    stopping_runs,
+    with_holm,
+)
 from topotuner_lab.study.matrix import transfer_matrix
 from topotuner_lab.study.plan import with_key_columns
 from topotuner_lab.study.presets import RECIPE_STRATEGIES, Preset
 from topotuner_lab.study.stability import (
     kind_counts,
     model_dependence_claims,
+    noise_null,
     stability_claim,
     stability_table,
     value_output_share,
 )
+from topotuner_lab.study.weights_facts import WeightsFacts, weights_facts
 from topotuner_lab.study.workspace import WorkDir
-from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
 
 @dataclass
 class ModelDrift:
-    """One model's drift after each prior fine-tune, with its noise floor and snapshots."""
+    """One model's drift after each prior fine-tune, with its noise floor and the facts of its weights."""
 
     work: WorkDir
-    pretrained: Snapshot
+    facts: WeightsFacts
     tables: dict[str, pd.DataFrame]
     noise: list[pd.DataFrame]
-    finetuned: dict[str, Snapshot | None] = field(default_factory=dict)
     #: prior task -> prior seed -> drift table (default recipe), every prior seed the comparison ran
     seed_tables: dict[str, dict[int, pd.DataFrame]] = field(default_factory=dict)
+    #: the noise seed of each table of ``noise``, in order
+    noise_seeds: list[int] = field(default_factory=list)
 
     @property
     def name(self) -> str:
         """The model's name as its snapshot records it."""
-        return self.pretrained.model
+        return self.facts.model
 
 
 @dataclass
@@ -74,6 +85,9 @@ class StudyInputs:
     prior_seed_cards: dict[tuple[str, str], dict[int, ProfileCard]] = field(default_factory=dict)
     #: target task -> where its validation rows came from, as its first run recorded it (runs of earlier versions: none)
     val_sources: dict[str, str] = field(default_factory=dict)
+    #: (model, prior task) -> the stability's null (:func:`~topotuner_lab.study.stability.noise_null`), where there
+    #: are prior seed cards to compare
+    stability_nulls: dict[tuple[str, str], pd.DataFrame] = field(default_factory=dict)
 
 
 def _preset(out: WorkDir, recorded: dict[str, Any]) -> tuple[Preset, int | None, str | None]:
@@ -88,18 +102,18 @@ def _preset(out: WorkDir, recorded: dict[str, Any]) -> tuple[Preset, int | None,
 def _model_drift(work: WorkDir, preset: Preset) -> ModelDrift | None:
     if not work.drift_tables():
         return None
-    if not work.pretrained.is_file():  # a ledger restored from git: tables and results, no weights
+    tables = {WorkDir.prior_task_of(path): load_table(path) for path in work.drift_tables()}
+    facts = weights_facts(work, list(tables))
+    if facts is None:  # a ledger of an earlier version restored from git: tables and results, no weights or facts
         raise InputFileError(
             f"{work.root} holds drift tables but not the pretrained snapshot they were computed from "
-            f"({work.pretrained.name}; weights are not kept in git), so the drift sections cannot be drawn",
+            f"({work.pretrained.name}; weights are not kept in git) nor a record of its facts "
+            f"({work.weights_facts.name}), so the drift sections cannot be drawn",
             "run the same `topotuner-lab reproduce --preset ... -o` into this folder first: it restores the weights, "
-            "verifies every table and finished run against them and skips them",
+            "records their facts, verifies every table and finished run against them and skips them",
         )
-    tables = {WorkDir.prior_task_of(path): load_table(path) for path in work.drift_tables()}
-    noise = [load_table(work.noise_table(seed)) for seed in preset.noise_seeds if work.noise_table(seed).is_file()]
-    finetuned = {
-        prior: load_snapshot(work.finetuned(prior)) if work.finetuned(prior).is_file() else None for prior in tables
-    }
+    noise_seeds = [seed for seed in preset.noise_seeds if work.noise_table(seed).is_file()]
+    noise = [load_table(work.noise_table(seed)) for seed in noise_seeds]
     seed_tables = {
         prior: {
             seed: load_table(path)
@@ -108,7 +122,7 @@ def _model_drift(work: WorkDir, preset: Preset) -> ModelDrift | None:
         }
         for prior in tables
     }
-    return ModelDrift(work, load_snapshot(work.pretrained), tables, noise, finetuned, seed_tables)
+    return ModelDrift(work, facts, tables, noise, seed_tables, noise_seeds)
 
 
 def load_study(out_dir: str | Path) -> StudyInputs:
@@ -143,14 +157,7 @@ def load_study(out_dir: str | Path) -> StudyInputs:
         preset,
         planned or len(results),
         machine or "machine not recorded",
-        pilot_labels(
-            with_holm(
-                (claim_results(results, correct, ClaimRules.of(preset)) if len(results) else [])
-                + drift_claims(models, preset),
-                preset.primary_claim,
-            ),
-            preset.pilot,
-        ),
+        judged_claims(results, correct, models, preset),
         models,
         (len(correct(str(results["run_dir"].iloc[0]), "test_correct")) or None) if len(results) else None,
         transfer_checks,
@@ -164,7 +171,29 @@ def load_study(out_dir: str | Path) -> StudyInputs:
             if len(cards := seed_cards(model, preset, prior)) > 1
         },
         _val_sources(results, correct) if len(results) else {},
+        {
+            (model.name, prior): stability_null(model, preset, prior)
+            for model in models
+            for prior in preset.prior_tasks
+            if len(seed_cards(model, preset, prior)) > 1
+        },
     )
+
+
+def judged_claims(
+    results: pd.DataFrame, correct: Callable[[str, str], Any], models: list[ModelDrift], preset: Preset
+) -> list[ClaimResult]:
+    """Every claim with its role (Holm) and, where it cannot decide, the *pilot* label.
+
+    A claim of the runs rests on their training seeds and on the prior seeds behind the card; a claim about the drift
+    rankings compares the prior seeds itself (:mod:`~topotuner_lab.study.stability` judges how many it needs).
+    """
+    runs = claim_results(results, correct, ClaimRules.of(preset)) if len(results) else []
+    claims = with_holm(runs + drift_claims(models, preset), preset.primary_claim)
+    seeds = int(runs_at_chosen_rate(results)["seed"].nunique()) if len(results) else None
+    return pilot_labels(
+        claims[: len(runs)], preset.pilot, seeds=seeds, prior_seeds=len(preset.prior_seeds)
+    ) + pilot_labels(claims[len(runs) :], preset.pilot)
 
 
 def _val_sources(results: pd.DataFrame, correct: Callable[[str, str], Any]) -> dict[str, str]:
@@ -207,11 +236,26 @@ def seed_picks(models: list[ModelDrift], preset: Preset) -> pd.DataFrame:
 
 def seed_cards(model: ModelDrift, preset: Preset, prior: str) -> dict[int, ProfileCard]:
     """The first strategy's card at the first budget that each prior seed's drift table would give (not saved)."""
-    identity = ModelIdentity.from_snapshot(model.pretrained)
+    return _cards(model, preset, prior, model.seed_tables.get(prior, {}))
+
+
+def stability_null(model: ModelDrift, preset: Preset, prior: str) -> pd.DataFrame:
+    """What the prior seeds' cards must beat: the same card built from each noise-only drift table (not saved).
+
+    A noise table is the pretrained weights against a perturbed copy: no fine-tune moved them, so whatever its cards
+    share is the agreement a ranking gets from the matrices themselves
+    (:func:`~topotuner_lab.study.stability.noise_null`).
+    """
+    noise_cards = _cards(model, preset, prior, dict(zip(model.noise_seeds, model.noise)))
+    return noise_null(seed_cards(model, preset, prior), noise_cards)
+
+
+def _cards(model: ModelDrift, preset: Preset, prior: str, tables: dict[int, pd.DataFrame]) -> dict[int, ProfileCard]:
+    """The first strategy's card at the first budget that each of ``tables`` (by seed) gives."""
     return {
         seed: build_profile(
             table,
-            identity,
+            model.facts.identity,
             CardSettings(
                 prior_task=prior,
                 strategy=preset.strategies[0],
@@ -221,7 +265,7 @@ def seed_cards(model: ModelDrift, preset: Preset, prior: str) -> dict[int, Profi
             ),
             noise=model.noise,
         )
-        for seed, table in model.seed_tables.get(prior, {}).items()
+        for seed, table in tables.items()
     }
 
 
@@ -235,10 +279,11 @@ def drift_claims(models: list[ModelDrift], preset: Preset) -> list[ClaimResult]:
         for model in models:
             cards = seed_cards(model, preset, prior)
             if len(cards) > 1:
-                claim = stability_claim(stability_table(cards), f"{model.name}, prior {prior}")
+                null = stability_null(model, preset, prior)
+                claim = stability_claim(stability_table(cards), f"{model.name}, prior {prior}", null)
                 claims += [claim] if claim else []
             if cards:
-                shares[model.name] = (model.pretrained.architecture, [value_output_share(c) for c in cards.values()])
+                shares[model.name] = (model.facts.architecture, [value_output_share(c) for c in cards.values()])
         if len(shares) > 1 and all(len(v) > 1 for _, v in shares.values()):
             claims += model_dependence_claims(shares)
     return claims

@@ -29,13 +29,13 @@ from topotuner_lab.study.markdown import markdown_table
 from topotuner_lab.study.matrix import check_predicts_gain, with_transfer_checks
 from topotuner_lab.study.plan import extension_runs
 from topotuner_lab.study.presets import Preset
-from topotuner_lab.study.stability import drift_over_seeds, stability_sentence, stability_table
+from topotuner_lab.study.stability import drift_over_seeds, noise_null_sentence, stability_sentence, stability_table
 from topotuner_lab.study.stopping import early_by, threshold_sweep
 from topotuner_lab.tasks.specs import get_task
 from topotuner_lab.training.data import PPL_TASK, ood_battery
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
 from topotuner_lab.weights.projections import KINDS
-from topotuner_lab.weights.snapshot import NOISE_SCALE, Snapshot
+from topotuner_lab.weights.snapshot import NOISE_SCALE
 
 
 def spread_table(results: pd.DataFrame) -> pd.DataFrame:
@@ -55,17 +55,6 @@ def spread_table(results: pd.DataFrame) -> pd.DataFrame:
         trainable_pct=("trainable_pct", "first"),
     )
     return table.reset_index()
-
-
-def grid_share(snapshot: Snapshot, block: int = 32, levels: int = 16) -> float:
-    """Share of 32-weight blocks holding at most 16 distinct values: 1.0 for Q4_1-dequantized weights."""
-    on_grid = total = 0
-    for m in snapshot.matrices.values():
-        blocks = m.reshape(-1, block)
-        distinct = (np.diff(np.sort(blocks, axis=1), axis=1) != 0).sum(axis=1) + 1
-        on_grid += int((distinct <= levels).sum())
-        total += len(blocks)
-    return on_grid / total
 
 
 def drift_by_kind(table: pd.DataFrame) -> pd.DataFrame:
@@ -92,28 +81,30 @@ def model_family_section(kinds: dict[tuple[str, str], pd.Series]) -> str:
 
 
 def noise_floor_section(
-    pre: Snapshot, post: Snapshot | None, table: pd.DataFrame, noise: list[pd.DataFrame], metric: str
+    pre_share: float, post_share: float | None, table: pd.DataFrame, noise: list[pd.DataFrame], metric: str
 ) -> str:
     """Real drift beside the noise floor (the 4-bit grid effect); empty without noise tables (none were asked for).
 
-    Without the fine-tuned snapshot (a folder restored without weights) it says so instead of leaving the section out.
+    ``pre_share`` and ``post_share`` are the grid shares (:func:`~topotuner_lab.study.weights_facts.grid_share`) of
+    the pretrained and the fine-tuned weights; the latter None where neither those weights nor a record of them are in
+    the folder, which the section then says.
     """
     if not noise:
         return ""
-    if post is None:
-        return (
-            "\nNoise floor: not shown: the prior fine-tune's weights are not in this folder (weights are not kept in "
-            "git); run the same `topotuner-lab reproduce` into it first, which trains the prior again and verifies "
-            "its drift table against them.\n"
-        )
+    after = (
+        f"after the fine-tune {100 * post_share:.1f}% do"
+        if post_share is not None
+        else "after the fine-tune: not shown (the prior fine-tune's weights are not in this folder and the comparison "
+        "recorded no facts of them; run the same `topotuner-lab reproduce` into it, which trains the prior again and "
+        "verifies its drift table against them)"
+    )
     cols = [c for c in ("h0_w1", "h1_w1", "rel_frobenius", "row_cosine_change") if c in table and c in noise[0]]
     floor = pd.concat(noise)[cols].median()
     ratio = (table[cols].median() / floor).to_frame("median fine-tune drift / median noise drift")
     return (
-        f"\nNoise floor: {100 * grid_share(pre):.1f}% of the pretrained matrices' 32-weight blocks hold at most 16 "
+        f"\nNoise floor: {100 * pre_share:.1f}% of the pretrained matrices' 32-weight blocks hold at most 16 "
         "distinct values (weights dequantized "
-        "from a 4-bit GGUF sit on such a grid; Q4_K_M keeps some matrices in 6 bits); after the fine-tune "
-        f"{100 * grid_share(post):.1f}% do. A random "
+        f"from a 4-bit GGUF sit on such a grid; Q4_K_M keeps some matrices in 6 bits); {after}. A random "
         f"perturbation of std {NOISE_SCALE:g} x each matrix's std ({len(noise)} seeds) also leaves the grid; the "
         "real drift over that noise floor:\n\n"
         + ratio.to_markdown(floatfmt=".3g")
@@ -474,12 +465,16 @@ def normalization_section(
     )
 
 
-def header(command: str, day: str, machine: str) -> str:
-    """The title and where the numbers come from (``machine``: ``; ``-separated when sittings ran on several)."""
+def header(command: str, machine: str) -> str:
+    """The title and where the numbers come from (``machine``: ``; ``-separated when sittings ran on several).
+
+    No date: the report is a function of the ledger, so the same command renders it again byte for byte.
+    """
     where = f"sittings on: {machine}" if "; " in machine else machine
     return (
-        f"# Results: the paper's comparison in miniature\n\nProduced by `{command}` on {day} ({where}). Every "
-        "number below comes from that run's `results.csv` and run folders; nothing is typed in by hand.\n"
+        f"# Results: the paper's comparison in miniature\n\nProduced by `{command}` ({where}). Every number below "
+        "comes from that run's `results.csv` and run folders; nothing is typed in by hand, and the same command "
+        "renders this file again byte for byte from the same ledger.\n"
     )
 
 
@@ -526,30 +521,43 @@ def seed_picks_section(picks: pd.DataFrame, strategy: str, budget: float) -> str
         f"\n## Which kinds the {strategy} card picks, per prior run\n\nThe {strategy} card at {100 * budget:g}% that "
         "each prior fine-tune's drift table gives (one row per prior seed): the claims above compare the V/O share "
         "across models with intervals over these seeds, and the Jaccard index of the picks across seeds with what "
-        "random cards of the same size would share.\n\n" + picks.to_markdown(index=False, floatfmt=".3g") + "\n"
+        "cards built from noise-only drift tables share.\n\n" + picks.to_markdown(index=False, floatfmt=".3g") + "\n"
     )
 
 
-def prior_seed_section(cards: dict[tuple[str, str], dict[int, ProfileCard]], strategy: str) -> str:
-    """How far a card's ranking holds across prior runs: agreement per seed pair, and each picked matrix's score."""
+def prior_seed_section(
+    cards: dict[tuple[str, str], dict[int, ProfileCard]],
+    strategy: str,
+    nulls: dict[tuple[str, str], pd.DataFrame] | None = None,
+) -> str:
+    """How far a card's ranking holds across prior runs: agreement per seed pair, and each picked matrix's score.
+
+    ``nulls`` (:func:`~topotuner_lab.study.stability.noise_null` per model and prior) is what that agreement must
+    beat: the agreement of cards built from noise-only drift tables.
+    """
     if not cards:
         return ""
     parts = [
         f"\n## Does the {strategy} card hold across prior runs?\n\nEach prior seed is another prior fine-tune (its own "
         "training seed and training rows): the noise a card's ranking must beat. Per pair of seeds, the Jaccard "
-        "index of the picks against what random cards of the same size share, and the Spearman correlation of the "
+        "index of the picks (beside what random cards of the same size share) and the Spearman correlation of the "
         "whole rankings; then every matrix some seed's card picks, with its ranking score's mean and 95% "
-        "t-interval over the seeds and how many seeds pick it.\n"
+        "t-interval over the seeds and how many seeds pick it. The null the picks' agreement is judged against is "
+        "not random cards: the same card built from each noise-only drift table (the pretrained weights against a "
+        "perturbed copy, no fine-tune), whose picks share what the matrices' own structure gives any ranking.\n"
     ]
     for (model, prior), by_seed in cards.items():
         over, pairs = drift_over_seeds(by_seed), stability_table(by_seed)
         picked = over[over["picked_by"] > 0].reset_index()
+        null = (nulls or {}).get((model, prior))
+        sentence = noise_null_sentence(null) if null is not None else ""
         parts.append(
             f"\n### {model}, prior {prior}\n\n"
             + pairs.to_markdown(index=False, floatfmt=".3g")
             + "\n\n"
             + picked.to_markdown(index=False, floatfmt=".3g")
             + f"\n\n{stability_sentence(pairs, over)}\n"
+            + (f"\n{sentence}\n" if sentence else "")
         )
     return "".join(parts)
 
