@@ -222,3 +222,32 @@ def test_profile_builder_runs_every_strategy_in_jupyterlab(tmp_path):
                 assert seen[name].startswith("no selection") and error.count() == 1, (name, seen[name])
         assert all(text.startswith(f"{name} selection") for name, text in seen.items()), seen
         _no_traceback(page)
+
+
+def test_study_explorer_redraws_the_forest_plot_when_a_claim_is_picked(tmp_path):
+    """Notebook 8 on the committed ledger (no weights): picking one claim redraws the forest plot with its row only."""
+    from topotuner_lab.lab.explorer import DEFAULT_STUDY
+
+    book = nbformat.read(ROOT / "notebooks" / "08_explore_study.ipynb", as_version=4)
+    params = next(i for i, c in enumerate(book.cells) if "parameters" in c.metadata.get("tags", []))
+    book.cells[params].source = f'study_folder = "{ROOT / DEFAULT_STUDY}"\nfigures_dir = "{tmp_path / "figs"}"'
+    with _lab_page(tmp_path, book) as (page, _log):
+        cell = page.locator(".jp-Cell").filter(has=page.locator(".widget-dropdown select")).first
+        claim = cell.locator(".widget-dropdown").filter(has=page.locator("label", has_text="claim")).locator("select")
+        title = cell.locator(".js-plotly-plot .gtitle").first
+        rows = cell.locator(".js-plotly-plot .ytick")
+        page.wait_for_function("el => el.querySelectorAll('.ytick').length === 8", arg=cell.element_handle())
+        assert "claim all; 8 shown" in title.text_content()
+        before = title.text_content()
+        claim.select_option("competitive with full fine-tuning")
+        page.wait_for_function(
+            "([el, before]) => el.textContent !== before", arg=[title.element_handle(), before], timeout=60_000
+        )
+        assert "claim competitive with full fine-tuning; 1 shown" in title.text_content()
+        page.wait_for_function("el => el.querySelectorAll('.ytick').length === 1", arg=cell.element_handle())
+        assert rows.first.text_content().startswith("competitive with full fine-tuning")
+        _no_traceback(page)
+        cell.scroll_into_view_if_needed()
+        shot = ROOT / "figures" / "explorer.png"
+        page.screenshot(path=str(shot), full_page=False)
+        assert shot.stat().st_size > 10_000

@@ -100,7 +100,7 @@ def claims_figure(claims: pd.DataFrame, target: str = ALL, budget: str = ALL, cl
     """The forest plot of the paired claims that match the filters: estimate, interval, threshold or band, verdict."""
     rows = forest_rows(claims, target, budget, claim)
     shown = ", ".join(f"{name} {value}" for name, value in (("target", target), ("budget", budget), ("claim", claim)))
-    return claims_forest(rows, title=f"Claims: estimate and 95% interval ({shown}; {len(rows)} rows)")
+    return claims_forest(rows, title=f"Claims: estimate and 95% interval ({shown}; {len(rows)} shown)")
 
 
 def claim_options(claims: pd.DataFrame) -> dict[str, list[str]]:
@@ -127,10 +127,13 @@ class ClaimsExplorer(w.VBox):
             w.Dropdown(options=options[name], value=ALL, description=name, layout=w.Layout(width="auto"))
             for name in ("target", "budget", "claim")
         )
-        self.figure = go.FigureWidget(claims_figure(claims))
+        self.figure = go.FigureWidget()
         super().__init__([w.HBox([self.target, self.budget, self.claim]), self.figure])
         for control in (self.target, self.budget, self.claim):
             control.observe(self._redraw, names="value")
+        # a browser shows a FigureWidget's updates, not the state it had before its view opened: draw again then
+        self.figure.observe(self._redraw, names="_view_count")
+        self._redraw(None)
 
     def _redraw(self, _change: object) -> None:
         fig = claims_figure(self.claims, self.target.value, self.budget.value, self.claim.value)
