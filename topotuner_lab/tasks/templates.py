@@ -9,11 +9,12 @@ A spec file is data, so a template cannot hang the machine or fill its memory ei
 one row) may produce at most :data:`MAX_CHARS` characters and list items in all (its output, and every value an
 operator, ``~``, filter or method computes on the way; counted before the value is built where its size can be told
 in advance: ``sentence * 50000000``, ``x | center(10**9)``, ``'%999999999d' % 1``), integers of at most
-:data:`MAX_INT_BITS` bits (``9 ** (9 ** 9)`` is refused before it is computed), and run for at most
-:data:`TIME_LIMIT_S` seconds (checked at every loop step, call, operator and output). Checking a template computes
-nothing: Jinja folds constant operators and filters while it compiles a template, so these are never constant here
-(every operator goes through the sandbox, every filter needs the render's context). A template past a limit fails
-with a :class:`jinja2.sandbox.SecurityError` naming the limit. ``lipsum`` is not available.
+:data:`MAX_INT_BITS` bits (``9 ** (9 ** 9)`` is refused before it is computed), and compute for at most
+:data:`TIME_LIMIT_S` CPU seconds of its thread (checked at every loop step, call, operator and output; CPU time, not
+wall time, so a loaded or paused machine never fails a render that would pass on an idle one). Checking a template
+computes nothing: Jinja folds constant operators and filters while it compiles a template, so these are never
+constant here (every operator goes through the sandbox, every filter needs the render's context). A template past a
+limit fails with a :class:`jinja2.sandbox.SecurityError` naming the limit. ``lipsum`` is not available.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ __all__ = [
 MAX_CHARS = 10_000_000
 #: the largest integer a template may compute, in bits (about 19,700 decimal digits)
 MAX_INT_BITS = 65_536
-#: the longest one render may run, in seconds (a prompt renders in well under a millisecond)
+#: the most CPU time one render may take, in seconds of its thread (a prompt renders in well under a millisecond)
 TIME_LIMIT_S = 1.0
 
 T = TypeVar("T")
@@ -75,7 +76,7 @@ _BUDGET: ContextVar[_Budget | None] = ContextVar("template_budget", default=None
 
 def _limited(run: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``run(*args, **kwargs)``: one render (or expression), under a fresh budget of characters and time."""
-    token = _BUDGET.set(_Budget(MAX_CHARS, time.monotonic() + TIME_LIMIT_S))
+    token = _BUDGET.set(_Budget(MAX_CHARS, time.thread_time() + TIME_LIMIT_S))
     try:
         return run(*args, **kwargs)
     finally:
@@ -84,14 +85,14 @@ def _limited(run: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
 
 def _budget() -> _Budget:
     """The current render's budget (a fresh one when Jinja is driven from outside :func:`render`)."""
-    return _BUDGET.get() or _Budget(MAX_CHARS, time.monotonic() + TIME_LIMIT_S)
+    return _BUDGET.get() or _Budget(MAX_CHARS, time.thread_time() + TIME_LIMIT_S)
 
 
 def _tick() -> _Budget:
     """The render's budget, after refusing to go on past its deadline."""
     budget = _budget()
-    if time.monotonic() > budget.deadline:
-        raise SecurityError(f"the template ran longer than {TIME_LIMIT_S:g} s")
+    if time.thread_time() > budget.deadline:
+        raise SecurityError(f"the template ran longer than {TIME_LIMIT_S:g} s of CPU time")
     return budget
 
 
