@@ -38,3 +38,30 @@ def test_a_null_brownian_motion_crosses_some_look_with_probability_alpha(fractio
 def test_a_plan_that_is_not_increasing_to_one_is_refused(fractions):
     with pytest.raises(ParameterError, match="not a group-sequential plan"):
         boundaries(fractions)
+
+
+def test_a_preset_with_seed_blocks_judges_each_look_at_its_own_level():
+    from dataclasses import replace
+
+    from topotuner_lab.study.claims import ClaimRules, paired_interval
+    from topotuner_lab.study.presets import get_preset
+
+    preset = replace(get_preset("tiny"), seeds=(0, 1, 2, 3), seed_blocks=(2, 4))
+    first, last = ClaimRules.of(preset, seeds_run=2).level, ClaimRules.of(preset, seeds_run=4).level
+    assert first == pytest.approx(look_level([0.5, 1.0], 0)) and first > 0.99  # 2.772: about 99.4%
+    assert last == pytest.approx(look_level([0.5, 1.0], 1)) and 0.95 < last < 0.953
+    assert ClaimRules.of(preset, seeds_run=3).level == first  # a block not complete: still the first look
+    assert ClaimRules.of(replace(preset, seed_blocks=()), seeds_run=2).level == 0.95  # one look: the fixed test
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(0.1, 1, (2, 300)), rng.normal(0, 1, (2, 300))
+    wide, plain = paired_interval(a, b, level=first), paired_interval(a, b)
+    assert wide.low < plain.low and wide.high > plain.high  # an early look's interval is wider
+
+
+def test_seed_blocks_must_end_at_every_seed():
+    from dataclasses import replace
+
+    from topotuner_lab.study.presets import get_preset
+
+    with pytest.raises(ParameterError, match="seed_blocks"):
+        replace(get_preset("tiny"), seed_blocks=(1, 3))  # tiny has 2 seeds

@@ -282,18 +282,31 @@ class ClaimRules:
     widens every paired interval to cover a Student-t interval over the per-seed differences (the verdict must hold
     under both). ``measure`` is what the target-score claims compare per test example: ``accuracy`` (the task
     metric) or ``logprob`` (the gold label's log-probability among the labels, a continuous measure with less
-    example noise; label-likelihood tasks only).
+    example noise; label-likelihood tasks only). ``level`` is every paired interval's confidence level (95% at a
+    single look, higher at a group-sequential look).
     """
 
     margin_share: float = DEFAULT_MARGIN_SHARE
     margins: Mapping[str, float] = field(default_factory=dict)
     seed_level: bool = False
     measure: str = "accuracy"
+    level: float = LEVEL
 
     @classmethod
-    def of(cls, preset: Preset) -> ClaimRules:
-        """The rules a preset fixed before its runs."""
-        return cls(preset.margin_share, dict(preset.margins), preset.seed_level, preset.claim_measure)
+    def of(cls, preset: Preset, seeds_run: int | None = None) -> ClaimRules:
+        """The rules a preset fixed before its runs, at the look ``seeds_run`` result seeds reached.
+
+        With ``seed_blocks`` (group-sequential looks) the intervals take the confidence level of the last look the
+        seeds reached (the first look's before any), from :func:`~topotuner_lab.study.sequential.look_level`.
+        """
+        level = LEVEL
+        if preset.seed_blocks:
+            from topotuner_lab.study.sequential import look_level  # scipy's multivariate normal: only when asked
+
+            reached = [i for i, block in enumerate(preset.seed_blocks) if block <= (seeds_run or 0)]
+            fractions = [block / len(preset.seeds) for block in preset.seed_blocks]
+            level = look_level(fractions, reached[-1] if reached else 0)
+        return cls(preset.margin_share, dict(preset.margins), preset.seed_level, preset.claim_measure, level)
 
     def margin(self, target: str, group: pd.DataFrame) -> Margin:
         """The target's margin: the fixed one where the preset states it, else a share of the measured gain."""
@@ -311,10 +324,10 @@ class ClaimRules:
 MEASURE_KEYS = {"accuracy": "test_correct", "logprob": "logprob"}
 
 
-def paired_interval(a: ArrayLike, b: ArrayLike, seed_level: bool = False) -> Interval:
-    """The two-way bootstrap interval of mean(a) - mean(b), widened to the seed-level one when asked."""
-    interval = two_way_bootstrap(a, b)
-    return conservative(interval, seed_level_interval(a, b)) if seed_level else interval
+def paired_interval(a: ArrayLike, b: ArrayLike, seed_level: bool = False, level: float = LEVEL) -> Interval:
+    """The two-way bootstrap interval of mean(a) - mean(b) at ``level``, widened to the seed-level one when asked."""
+    interval = two_way_bootstrap(a, b, level=level)
+    return conservative(interval, seed_level_interval(a, b, level=level)) if seed_level else interval
 
 
 def claim_results(
@@ -346,7 +359,9 @@ def claim_results(
 
     def paired(group: pd.DataFrame, a: str, b: str, key: str = MEASURE_KEYS[rules.measure]) -> Interval:
         seeds = sorted(set(group.loc[group["run"] == a, "seed"]) & set(group.loc[group["run"] == b, "seed"]))
-        return paired_interval(stacked(group, a, seeds, key), stacked(group, b, seeds, key), rules.seed_level)
+        return paired_interval(
+            stacked(group, a, seeds, key), stacked(group, b, seeds, key), rules.seed_level, rules.level
+        )
 
     margins = {t: rules.margin(t, g).value for t, g in runs.groupby("target", sort=False)}
     for (prior, target), group in runs.groupby(["prior", "target"], sort=False):

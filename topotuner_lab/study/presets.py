@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from topotuner_lab._io.config import NON_NEGATIVE_INT, OPEN_UNIT, Check, Config, is_real, opt
+from topotuner_lab._io.config import NON_NEGATIVE_INT, OPEN_UNIT, POSITIVE_INT, Check, Config, is_real, opt
 from topotuner_lab._io.errors import ParameterError
 from topotuner_lab._io.yaml_files import SUFFIXES, YamlFolder, in_file, read_mapping
 from topotuner_lab.drift.columns import DEFAULT_METRIC
@@ -157,6 +157,14 @@ class Preset(Config):
         "judge every paired claim also by a Student-t interval over the per-seed differences: the verdict must hold "
         "under both it and the seed x example bootstrap",
     )
+    seed_blocks: tuple[int, ...] = opt(
+        (),
+        "group-sequential looks: the number of seeds (of `seeds`, in order) after which the claims are judged, "
+        "ending at all of them; seeds are added block by block only while the thesis or a control claim is "
+        "undecided, and each look's intervals use its O'Brien-Fleming-type critical value (study.sequential) so "
+        "that all looks together err at 5%; empty: one look at every seed",
+        check=Check(lambda v: isinstance(v, tuple) and all(POSITIVE_INT(b) for b in v), "seed counts >= 1 (or none)"),
+    )
     claim_measure: str = opt(
         "accuracy",
         "what the target-score claims compare per test example: accuracy (the task metric) or logprob (the gold "
@@ -224,6 +232,13 @@ class Preset(Config):
                 f"primary_claim={self.primary_claim!r} is not a claim the comparison judges"
                 + (f" (did you mean {close[0]!r}?)" if close else ""),
                 f"name one of the claims: {'; '.join(map(repr, CLAIM_TITLES))}",
+            )
+        blocks = list(self.seed_blocks)
+        if blocks and (blocks != sorted(set(blocks)) or blocks[-1] != len(self.seeds)):
+            self.fail(
+                f"seed_blocks={blocks} is not a sequence of looks ending at all {len(self.seeds)} seeds",
+                f"give increasing seed counts ending at len(seeds), e.g. seed_blocks=({len(self.seeds) // 2}, "
+                f"{len(self.seeds)})",
             )
         shared = sorted(set(self.sweep_seeds) & set(self.seeds))
         if shared:

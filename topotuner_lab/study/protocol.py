@@ -36,6 +36,7 @@ from topotuner_lab.drift.noise import noise_check
 from topotuner_lab.drift.tables import save_table
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.study.cards import Cards, Log, card_for, cards_for_prior, prior_drift
+from topotuner_lab.study.claims import ClaimRules, claim_results
 from topotuner_lab.study.markdown import markdown_table
 from topotuner_lab.study.plan import (
     DEFAULT_RECIPE,
@@ -49,6 +50,7 @@ from topotuner_lab.study.plan import (
     transfers,
 )
 from topotuner_lab.study.presets import Preset
+from topotuner_lab.study.sequential import LOOKS_FILE, at_look, looks, open_claims
 from topotuner_lab.study.weights_facts import record_weights_facts
 from topotuner_lab.study.workspace import (
     WorkDir,
@@ -422,22 +424,58 @@ def run_study(
     use_torch_threads(threads)
     work = WorkDir(out_dir)
     loaded, cards = prepare(preset, work, log)
-    ledger = Ledger(preset, work, cards, log)
-    if cluster is None:
-        while ready := ledger.take(1):
-            start = time.perf_counter()
-            res = finetune_once(loaded, ledger.config(ready[0]), log)
-            ledger.record(ready[0], res, time.perf_counter() - start)
-    else:
-        from topotuner_lab.study.distributed import run_on_dask
+    records: list[dict[str, Any]] = []
+    for seeds in looks(preset):  # one look at every seed, or seed blocks judged in turn (study.sequential)
+        ledger = Ledger(at_look(preset, seeds), work, cards, log)
+        if cluster is None:
+            while ready := ledger.take(1):
+                start = time.perf_counter()
+                res = finetune_once(loaded, ledger.config(ready[0]), log)
+                ledger.record(ready[0], res, time.perf_counter() - start)
+        else:
+            from topotuner_lab.study.distributed import run_on_dask
 
-        run_on_dask(ledger, preset.model, cluster, threads or 1)
+            run_on_dask(ledger, preset.model, cluster, threads or 1)
+        if preset.seed_blocks and not _next_look(preset, ledger, seeds, records, log):
+            break
     # a drift-only comparison (no target task) still writes a results table the report can read
     results = ledger.table()
     save_table(results, work.results)
     atomic.write_text(work.root / "results.md", markdown_table(results) + "\n")
     _record_transfers(cards, results)
     return results
+
+
+def _next_look(preset: Preset, ledger: Ledger, seeds: int, records: list[dict[str, Any]], log: Log) -> bool:
+    """Judge a look's sequential claims at its level; record it in ``looks.json``; True where seeds are to be added."""
+    rules = ClaimRules.of(preset, seeds_run=seeds)
+    by_dir: dict[str, Any] = {str(ledger.rows[s]["run_dir"]): res for s, res in ledger.results.items()}
+    table = ledger.table()
+    claims = claim_results(table, lambda run_dir, key: by_dir[run_dir][key], rules) if len(table) else []
+    open_ = open_claims(claims)
+    more = seeds < len(preset.seeds) and open_ != []
+    records.append(
+        {
+            "seeds": seeds,
+            "level": rules.level,
+            "undecided": None if open_ is None else [f"{c.setting}: {c.measure}" for c in open_],
+            "adds_seeds": more,
+        }
+    )
+    atomic.write_json(ledger.work.root / LOOKS_FILE, records)
+    if seeds < len(preset.seeds):
+        why = (
+            "it judges no thesis or control claim"
+            if open_ is None
+            else f"{len(open_)} thesis or control claims undecided"
+            if open_
+            else "the thesis and control claims are decided"
+        )
+        log(
+            f"look at {seeds} seeds (intervals at {rules.level:.2%}): {why}; "
+            + ("adding seeds" if more else "stopping")
+        )
+    return more
 
 
 def _record_transfers(cards: Cards, results: pd.DataFrame) -> None:

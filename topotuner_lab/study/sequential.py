@@ -14,13 +14,21 @@ References: K. K. G. Lan and D. L. DeMets, "Discrete sequential boundaries for c
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import multivariate_normal
 
 from topotuner_lab._io.errors import ParameterError
+from topotuner_lab.study.claim_ids import ClaimId
+from topotuner_lab.study.stats import EQUIVALENT, HELD, NOT_HELD
+
+if TYPE_CHECKING:
+    from topotuner_lab.study.claims import ClaimResult
+    from topotuner_lab.study.presets import Preset
 
 ALPHA = 0.05
 _NORMAL = NormalDist()
@@ -80,3 +88,27 @@ def look_level(fractions: Sequence[float], look: int, alpha: float = ALPHA) -> f
     """The confidence level of the two-sided interval at look ``look`` (0-based) of the plan ``fractions``."""
     c = boundaries(fractions, alpha)[look]
     return 2 * _NORMAL.cdf(c) - 1
+
+
+#: each look of a group-sequential study: its seeds, level, undecided claims and whether seeds were added
+LOOKS_FILE = "looks.json"
+#: the claims whose decision ends a group-sequential study early: the thesis and topology against the controls
+SEQUENTIAL_CLAIMS = (ClaimId.THESIS, ClaimId.BEATS_CONTROLS)
+#: verdicts that decide a claim (the interval clears its threshold or sits inside its band)
+DECIDED = (HELD, NOT_HELD, EQUIVALENT)
+
+
+def looks(preset: Preset) -> list[int]:
+    """The seed counts after which a study's claims are judged: its ``seed_blocks``, else one look at every seed."""
+    return list(preset.seed_blocks) or [len(preset.seeds)]
+
+
+def at_look(preset: Preset, seeds: int) -> Preset:
+    """``preset`` cut to its first ``seeds`` seeds: the runs a look plans (a prefix of the whole plan)."""
+    return replace(preset, seeds=preset.seeds[:seeds], seed_blocks=())
+
+
+def open_claims(claims: Sequence[ClaimResult]) -> list[ClaimResult] | None:
+    """The sequential claims a look leaves undecided; None where the look judges none (then no look stops early)."""
+    judged = [c for c in claims if c.claim in SEQUENTIAL_CLAIMS]
+    return [c for c in judged if c.verdict not in DECIDED] if judged else None
