@@ -125,6 +125,9 @@ def test_stability_heatmap_compares_the_prior_seeds_cards_with_a_colour_scale(st
     assert np.diag(np.array(heat.z)).tolist() == [1.0, 1.0, 1.0]
     stable = study.claims[study.claims["claim"].str.startswith("a card's picks hold")]
     assert stable["estimate"].tolist() == pytest.approx([pairs["jaccard"].mean()])
+    assert stable["threshold"].tolist() == pytest.approx([pairs["noise_jaccard"].iloc[0]])  # the claim's null
+    title = explorer.stability_figure(pairs).layout.title.text
+    assert f"noise-only cards: {stable['threshold'].iloc[0]:.2f}" in title and "random cards" in title
 
 
 def test_a_missing_or_non_study_folder_is_a_clear_error(tmp_path):

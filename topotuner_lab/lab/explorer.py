@@ -314,9 +314,20 @@ def stopping_figure(sweep: pd.DataFrame, stop_threshold: float | None = None) ->
 
 
 def stability_tables(study: Study) -> pd.DataFrame:
-    """Per model and prior task, each pair of prior seeds: Jaccard of their cards' picks, random cards', Spearman."""
+    """Per model and prior task, each pair of prior seeds: Jaccard of their cards' picks, random cards', Spearman.
+
+    ``noise_jaccard`` is the mean Jaccard of cards built the same way from noise-only drift tables (the threshold of
+    the stability claim, :func:`~topotuner_lab.study.stability.noise_null`; NaN where the study has no such null).
+    """
+    nulls = study.inputs.stability_nulls
     tables = [
-        stability_table(cards).assign(model=model, prior=prior)
+        stability_table(cards).assign(
+            model=model,
+            prior=prior,
+            noise_jaccard=nulls[(model, prior)].query("pair == 'noise-noise'")["jaccard"].mean()
+            if (model, prior) in nulls
+            else np.nan,
+        )
         for (model, prior), cards in study.inputs.prior_seed_cards.items()
         if len(cards) > 1
     ]
@@ -341,7 +352,13 @@ def stability_figure(pairs: pd.DataFrame) -> go.Figure:
             ),
             row=1, col=col,
         )  # fmt: skip
-    baseline = f" (random cards of the same size: {pairs['random_jaccard'].mean():.2f})" if len(pairs) else ""
+    noise = pairs["noise_jaccard"].mean() if len(pairs) else np.nan
+    baseline = (
+        (f" (noise-only cards: {noise:.2f}; " if np.isfinite(noise) else " (")
+        + f"random cards of the same size: {pairs['random_jaccard'].mean():.2f})"
+        if len(pairs)
+        else ""
+    )
     fig.update_layout(
         title="Card picks across prior seeds: Jaccard index" + baseline, template="plotly_white", height=420
     )
