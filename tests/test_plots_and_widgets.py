@@ -220,6 +220,33 @@ def test_a_figure_widget_updated_before_it_shows_syncs_its_figure(table):
     assert widget._widget_layout["title"]["text"] == fig.layout.title.text
 
 
+def _drawn_on_open(view: go.FigureWidget) -> dict:
+    """The figure a browser view opened now would draw: the widget's synced state, not its Python-side figure."""
+    state = view.get_state()
+    return {"types": [t["type"] for t in state["_widget_data"]], "layout": state["_widget_layout"]}
+
+
+def test_live_widgets_send_their_current_figure_to_a_view_opened_later(table, tiny_snapshot, tiny_llama, tmp_path):
+    """Each live widget's figure reaches a view opened after it changed (JupyterLab opens it after the cell ran).
+
+    Its update messages reach only views already open, so the figure must be in the state a new view draws from.
+    """
+    from topotuner_lab.lab.widgets import drift_explorer, persistence_explorer
+
+    builder = ProfileBuilder(table, identity_of(tiny_llama.model, "tiny-llama"), "sst2", tmp_path)
+    builder.mode.value, builder.count.value = "count", 3
+    builder.strategy.value = "magnitude"
+    drawn = _drawn_on_open(builder.plot)
+    assert drawn["layout"]["title"]["text"].startswith("magnitude selection")
+    assert drawn["types"] == [t.type for t in builder.plot.data] and "heatmap" in drawn["types"]
+    _picker, diagram, bars = persistence_explorer(tiny_snapshot, perturb_snapshot(tiny_snapshot, 0.1), 1, "k").children
+    assert _drawn_on_open(diagram)["layout"]["title"]["text"] == "L1.k: persistence diagram"
+    assert _drawn_on_open(bars)["types"] and len(_drawn_on_open(diagram)["types"]) == len(diagram.data)
+    column, view = drift_explorer(table, ["h0_w1", "h1_w1"]).children
+    column.value = "h1_w1"
+    assert [a["text"] for a in _drawn_on_open(view)["layout"]["annotations"]] == ["h1_w1", "rel_frobenius"]
+
+
 def test_png_export_retries_a_transient_kaleido_failure(tmp_path, monkeypatch):
     calls = []
 
