@@ -65,3 +65,17 @@ def test_seed_blocks_must_end_at_every_seed():
 
     with pytest.raises(ParameterError, match="seed_blocks"):
         replace(get_preset("tiny"), seed_blocks=(1, 3))  # tiny has 2 seeds
+
+
+def test_the_report_says_what_each_look_decided():
+    from dataclasses import replace
+
+    from topotuner_lab.lab.report.sections import look_lines
+    from topotuner_lab.study.presets import get_preset
+
+    preset = replace(get_preset("tiny"), seeds=(0, 1, 2, 3), seed_blocks=(2, 4))
+    looks = [{"seeds": 2, "level": 0.9944, "undecided": [], "adds_seeds": False}]
+    lines = look_lines(preset, looks)
+    assert "after 2, 4 seeds" in lines[0]
+    assert lines[1] == "Look at 2 seeds (intervals at 99.44%): decided every thesis and control claim; no seeds added."
+    assert look_lines(replace(preset, seed_blocks=()), looks) == []

@@ -181,3 +181,17 @@ def test_planned_hours_price_every_planned_run_once_at_the_pilots_minutes():
     assert planned_hours(preset, only_full) == pytest.approx(18 * 10 / 60)
     with pytest.raises(KeyError):
         planned_hours(preset, minutes.drop("sst2", level=0))
+
+
+def test_a_pilots_report_prints_each_difference_and_the_seeds_to_plan():
+    from topotuner_lab.lab.report.sections import sizing_section
+
+    results, runs = _pilot()
+    sizes = study_sizes(results, _reader(runs), margin_share=0.25)
+    text = sizing_section(sizes, results, 0.25)
+    assert text.startswith("\n## What the study this pilot plans needs")
+    assert text.count("| sst2 ") == len(sizes) == 6  # one row per target, measure and difference
+    per_target = planned_seeds(sizes, "accuracy")["sst2"]
+    assert f"accuracy: sst2 {per_target if per_target else 'not by seeds'}" in text
+    assert "sst2 full 10.0" in text  # median minutes per fine-tune
+    assert sizing_section(sizes.iloc[0:0], results, 0.25) == ""  # not a pilot: no section

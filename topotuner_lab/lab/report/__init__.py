@@ -25,8 +25,11 @@ def render(
     results, preset = study.results, study.preset
     parts = [
         sections.header(command, study.machine),
-        sections.setup_section(preset, len(results), study.planned_runs, results, study.test_rows, study.val_sources),
+        sections.setup_section(
+            preset, len(results), study.planned_runs, results, study.test_rows, study.val_sources, study.looks
+        ),
         sections.claims_section(study.claims, claims_figure),
+        sections.sizing_section(study.sizes, results, preset.margin_share),
         sections.transfer_section(study.transfer_checks),
         sections.transfer_matrix_section(study.matrix, matrix_figure, study.transfer_checks),
         sections.seed_picks_section(study.seed_picks, preset.strategies[0], preset.budgets[0]),

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from topotuner_lab._io.errors import InputFileError
+from topotuner_lab._io.json_files import read_json
 from topotuner_lab.drift.tables import load_table
 from topotuner_lab.lab.report import ledger
 from topotuner_lab.profiles.card import ProfileCard
@@ -32,6 +33,8 @@ from topotuner_lab.study.claims import (
 from topotuner_lab.study.matrix import transfer_matrix
 from topotuner_lab.study.plan import with_key_columns
 from topotuner_lab.study.presets import RECIPE_STRATEGIES, Preset
+from topotuner_lab.study.sequential import LOOKS_FILE
+from topotuner_lab.study.sizing import study_sizes
 from topotuner_lab.study.stability import (
     kind_counts,
     model_dependence_claims,
@@ -88,6 +91,10 @@ class StudyInputs:
     #: (model, prior task) -> the stability's null (:func:`~topotuner_lab.study.stability.noise_null`), where there
     #: are prior seed cards to compare
     stability_nulls: dict[tuple[str, str], pd.DataFrame] = field(default_factory=dict)
+    #: a pilot's sizing of the study it plans (:func:`~topotuner_lab.study.sizing.study_sizes`): empty otherwise
+    sizes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: each group-sequential look the study took (``looks.json``: seeds, level, undecided claims, whether it went on)
+    looks: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _preset(out: WorkDir, recorded: dict[str, Any]) -> tuple[Preset, int | None, str | None]:
@@ -177,6 +184,22 @@ def load_study(out_dir: str | Path) -> StudyInputs:
             for prior in preset.prior_tasks
             if len(seed_cards(model, preset, prior)) > 1
         },
+        (
+            study_sizes(results, correct, margin_share=preset.margin_share)
+            if preset.pilot and len(results)
+            else pd.DataFrame()
+        ),
+        _looks(out),
+    )
+
+
+def _looks(out: WorkDir) -> list[dict[str, Any]]:
+    """The looks a group-sequential study recorded (none for a study judged once)."""
+    path = out.root / LOOKS_FILE
+    if not path.is_file():
+        return []
+    return read_json(
+        path, "the study's record of its looks", "rerun `topotuner-lab reproduce` to rewrite it", kind=list
     )
 
 
@@ -188,9 +211,9 @@ def judged_claims(
     A claim of the runs rests on their training seeds and on the prior seeds behind the card; a claim about the drift
     rankings compares the prior seeds itself (:mod:`~topotuner_lab.study.stability` judges how many it needs).
     """
-    runs = claim_results(results, correct, ClaimRules.of(preset)) if len(results) else []
-    claims = with_holm(runs + drift_claims(models, preset), preset.primary_claim)
     seeds = int(runs_at_chosen_rate(results)["seed"].nunique()) if len(results) else None
+    runs = claim_results(results, correct, ClaimRules.of(preset, seeds_run=seeds)) if len(results) else []
+    claims = with_holm(runs + drift_claims(models, preset), preset.primary_claim)
     return pilot_labels(
         claims[: len(runs)], preset.pilot, seeds=seeds, prior_seeds=len(preset.prior_seeds)
     ) + pilot_labels(claims[len(runs) :], preset.pilot)

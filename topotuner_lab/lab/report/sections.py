@@ -27,8 +27,10 @@ from topotuner_lab.study.claims import (
 )
 from topotuner_lab.study.markdown import markdown_table
 from topotuner_lab.study.matrix import check_predicts_gain, with_transfer_checks
-from topotuner_lab.study.plan import extension_runs
+from topotuner_lab.study.plan import extension_runs, plan
 from topotuner_lab.study.presets import Preset
+from topotuner_lab.study.sequential import at_look
+from topotuner_lab.study.sizing import MIN_SEEDS, POWER, minutes_per_finetune, planned_seeds
 from topotuner_lab.study.stability import drift_over_seeds, noise_null_sentence, stability_sentence, stability_table
 from topotuner_lab.study.stopping import early_by, threshold_sweep
 from topotuner_lab.tasks.specs import get_task
@@ -186,11 +188,13 @@ def setup_section(
     results: pd.DataFrame,
     test_rows: int | None = None,
     val_sources: dict[str, str] | None = None,
+    looks: list[dict[str, Any]] | None = None,
 ) -> str:
     """What was run and what each run costs here, from the preset the comparison recorded.
 
     ``test_rows`` is how many test examples the runs scored (a split can hold fewer than the preset asks for);
-    ``val_sources`` where each target's validation rows came from, as its runs recorded it.
+    ``val_sources`` where each target's validation rows came from, as its runs recorded it; ``looks`` the
+    group-sequential looks the study took (a study that stopped at a look planned only its seeds so far).
     """
     prior, target = preset.prior, preset.target
     grids = "; ".join(f"{fam} {', '.join(f'{lr:g}' for lr in lrs)}" for fam, lrs in preset.lr_grid.items())
@@ -274,6 +278,9 @@ def setup_section(
     lines += forgetting_lines(results, preset)
     if preset.other_models:
         lines.append(f"Drift only (own prior fine-tunes, no transfer grid): {', '.join(preset.other_models)}.")
+    lines += look_lines(preset, looks or [])
+    if looks and not looks[-1]["adds_seeds"]:  # stopped at a look: the later blocks were never planned to run
+        planned = len(plan(at_look(preset, int(looks[-1]["seeds"]))))
     added = extension_runs(results, preset)  # runs the plan did not list: a sweep extended past its grid's edge
     if runs < planned + added:
         extended = f" (plus {added} added by extending sweeps past a grid edge)" if added else ""
@@ -282,6 +289,62 @@ def setup_section(
             "loop, so earlier seeds are complete); rerunning the command resumes the rest."
         )
     return "\n## Setup\n\n" + "".join(f"- {line}\n" for line in lines)
+
+
+def look_lines(preset: Preset, looks: list[dict[str, Any]]) -> list[str]:
+    """The seed blocks a group-sequential study planned and what each look it took decided."""
+    if not preset.seed_blocks:
+        return []
+    out = [
+        f"Seeds in pre-registered blocks: claims judged after {', '.join(map(str, preset.seed_blocks))} seeds "
+        "(O'Brien-Fleming-type alpha spending, 5% over all looks); seeds are added only while the thesis or a "
+        "control claim is undecided."
+    ]
+    for look in looks:
+        undecided = look["undecided"]
+        state = (
+            "judged no thesis or control claim"
+            if undecided is None
+            else f"left {len(undecided)} undecided"
+            if undecided
+            else "decided every thesis and control claim"
+        )
+        then = "seeds added" if look["adds_seeds"] else "no seeds added"
+        out.append(f"Look at {look['seeds']} seeds (intervals at {look['level']:.2%}): {state}; {then}.")
+    return out
+
+
+def sizing_section(sizes: pd.DataFrame, results: pd.DataFrame, margin_share: float) -> str:
+    """What the study this pilot plans needs: per target and measure, each difference's variances and seeds."""
+    if sizes.empty:
+        return ""
+    shown = sizes.assign(
+        measured=sizes["seeds"].astype(str) + " x " + sizes["examples"].astype(str),
+        needs=[
+            f"{int(s)} seeds" if pd.notna(s) else (f"{int(e)} examples" if pd.notna(e) else "no margin")
+            for s, e in zip(sizes["seeds_needed"], sizes["examples_needed"])
+        ],
+    )[["target", "measure", "comparison", "gain", "margin", "estimate", "measured", "seed_sd", "example_sd", "needs"]]
+    minutes = minutes_per_finetune(results)
+    plans = {measure: planned_seeds(sizes, measure) for measure in sizes["measure"].unique()}
+    lines = [
+        f"{measure}: " + ", ".join(f"{t} {n if n else 'not by seeds'}" for t, n in per_target.items())
+        for measure, per_target in plans.items()
+    ]
+    return (
+        "\n## What the study this pilot plans needs\n\n"
+        f"Margins are {margin_share:g} x each target's zero-shot -> full FT gain on the measure. A difference is "
+        f"decided when its 95% interval excludes 0 or lies within +-margin; the seeds below decide a true difference "
+        f"of 0 with probability {POWER:g} at the pilot's test rows (`study.sizing`), or name the test rows needed "
+        "where seeds cannot. The pilot's own estimates are not results.\n\n"
+        + markdown_table(shown)
+        + "\n\nSeeds to plan per target (every card-against-card difference, at least "
+        f"{MIN_SEEDS}): "
+        + "; ".join(lines)
+        + ".\n\nMedian minutes per fine-tune here (training and evaluation): "
+        + ", ".join(f"{t} {m} {v:.1f}" for (t, m), v in minutes.items())
+        + ".\n"
+    )
 
 
 def claims_section(claims: list[ClaimResult], forest: str | None = None) -> str:
