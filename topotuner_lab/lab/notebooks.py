@@ -143,7 +143,7 @@ def quiet_progress() -> None:
     transformers.utils.logging.disable_progress_bar()
     huggingface_hub.utils.disable_progress_bars()
     datasets.disable_progress_bars()
-    transformers.trainer.DEFAULT_PROGRESS_CALLBACK = transformers.trainer.TrainerCallback  # does nothing
+    transformers.trainer.DEFAULT_PROGRESS_CALLBACK = transformers.trainer.TrainerCallback  # type: ignore[assignment]
     shown = tqdm.__init__
     if getattr(shown, "quiet", False):
         return
