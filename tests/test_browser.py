@@ -140,6 +140,9 @@ def _lab_page(tmp_path: Path, book: nbformat.NotebookNode) -> Iterator[tuple[Any
                 str(tmp_path / "chrome"), executable_path=CHROMIUM, args=ARGS, viewport={"width": 1400, "height": 1000}
             )
             page = browser.new_page()
+            console: list[str] = []  # the page's console and uncaught errors, for a failure's report
+            page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
+            page.on("pageerror", lambda exc: console.append(f"pageerror: {exc}"))
             try:
                 page.goto(f"http://127.0.0.1:{port}/lab/tree/browser.ipynb?token={token}", timeout=120_000)
                 page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
@@ -153,8 +156,9 @@ def _lab_page(tmp_path: Path, book: nbformat.NotebookNode) -> Iterator[tuple[Any
                 page.screenshot(path=str(tmp_path / "failure.png"))
                 outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
                 raise AssertionError(
-                    f"{error}\nscreenshot: {tmp_path / 'failure.png'}\ncell outputs: {outputs}\nJupyterLab "
-                    f"log:\n{_tail(log)}"
+                    f"{error}\nscreenshot: {tmp_path / 'failure.png'}\ncell outputs: {outputs}\nbrowser console:\n"
+                    + "\n".join(console[-60:])
+                    + f"\nJupyterLab log:\n{_tail(log)}"
                 ) from error
             finally:
                 browser.close()
@@ -180,6 +184,10 @@ def test_notebook_renders_plotly_and_widgets_in_jupyterlab(tmp_path):
     with _lab_page(tmp_path, book) as (page, _log):
         page.wait_for_selector(".widget-slider", timeout=180_000)
         assert page.locator(".js-plotly-plot .main-svg").count() >= 2
+        # the explorer's live diagram, drawn before its view opened, has its title and points (not empty axes)
+        live = page.locator(".jp-Cell").filter(has=page.locator(".widget-slider")).first.locator(".js-plotly-plot")
+        assert live.first.locator(".gtitle").text_content() == "L1.v: persistence diagram"
+        assert live.first.locator(".scatterlayer .trace .point").count() > 0
         assert page.locator(".widget-slider").count() >= 1
         _no_traceback(page)
         page.locator(".js-plotly-plot").first.scroll_into_view_if_needed()
@@ -201,13 +209,17 @@ def test_profile_builder_runs_every_strategy_in_jupyterlab(tmp_path):
     with _lab_page(tmp_path, book) as (page, _log):
         cell = page.locator(".jp-Cell").filter(has=page.locator(".widget-dropdown select")).first
         strategy = cell.locator(".widget-dropdown").filter(has_text="strategy").locator("select")
-        title = cell.locator(".js-plotly-plot .gtitle").first
+        live = cell.locator(".js-plotly-plot").first
+        title = live.locator(".gtitle").first  # an SVG text: read with text_content (inner_text wants HTML)
         error = cell.locator(".widget-html b[style*='#b00']")
         offered = [o.strip() for o in strategy.locator("option").all_inner_texts()]
         assert {"snr", "alpha", "kappa", "relchange", "magnitude", "joint-hl"} <= set(offered), offered
+        # the figure drawn before its view opened is there: its title and the heatmap's projection kinds
+        assert title.text_content().startswith("high-drift selection"), title.text_content()
+        assert [tick.text_content() for tick in live.locator(".xtick").all()] == ["q", "k", "v", "o"]
         seen = {}
         for name in [*offered[1:], offered[0]]:  # start away from the notebook's strategy, end back on it
-            before = title.inner_text()
+            before = title.text_content()
             strategy.select_option(name)
             page.wait_for_function(
                 "([el, before]) => el.textContent !== before",
@@ -215,7 +227,7 @@ def test_profile_builder_runs_every_strategy_in_jupyterlab(tmp_path):
                 timeout=60_000,
             )
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
-            seen[name] = title.inner_text()
+            seen[name] = title.text_content()
             if seen[name].startswith(f"{name} selection"):
                 assert error.count() == 0, (name, error.all_inner_texts())
             else:  # the strategy cannot rank this table: its error is in the widget, the figure cleared
