@@ -59,7 +59,7 @@ def power_z(power: float = POWER) -> float:
     return NormalDist().inv_cdf(0.5 + power / 2)
 
 
-def per_example(read: Reader, run_dir: str, measure: str, *, before: bool = False) -> np.ndarray:
+def measure_values(read: Reader, run_dir: str, measure: str, *, before: bool = False) -> np.ndarray:
     """A run's per-example test values of ``measure``: after fine-tuning, or zero-shot (``before``) on the same rows.
 
     ``logprob`` is the gold label's log-probability (minus the recorded log-loss); a run that recorded no zero-shot
@@ -80,8 +80,8 @@ def gain(group: pd.DataFrame, read: Reader, measure: str) -> float:
     full = [str(d) for d in group.loc[group["method"] == "full", "run_dir"]]
     if not full:
         raise KeyError("no full FT arm to measure the gain from")
-    after = np.mean([per_example(read, d, measure).mean() for d in full])
-    return float(after - per_example(read, full[0], measure, before=True).mean())
+    after = np.mean([measure_values(read, d, measure).mean() for d in full])
+    return float(after - measure_values(read, full[0], measure, before=True).mean())
 
 
 def seeds_to_decide(design: Design, margin: float, power: float = POWER) -> tuple[int | None, int | None]:
@@ -115,7 +115,7 @@ def _pairs(group: pd.DataFrame) -> list[tuple[str, str]]:
 
 def _stacked(group: pd.DataFrame, name: str, seeds: Sequence[int], read: Reader, measure: str) -> np.ndarray:
     rows = group[group["run"] == name].set_index("seed").loc[list(seeds)]
-    return np.array([per_example(read, str(d), measure) for d in rows["run_dir"]])
+    return np.array([measure_values(read, str(d), measure) for d in rows["run_dir"]])
 
 
 def study_sizes(
