@@ -13,6 +13,7 @@ References: K. K. G. Lan and D. L. DeMets, "Discrete sequential boundaries for c
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import replace
 from statistics import NormalDist
@@ -84,9 +85,15 @@ def boundaries(fractions: Sequence[float], alpha: float = ALPHA) -> list[float]:
     return found
 
 
+@functools.lru_cache(maxsize=32)
+def _plan_boundaries(fractions: tuple[float, ...], alpha: float) -> tuple[float, ...]:
+    """:func:`boundaries` of one plan, computed once per process (a report judges every claim at the same look)."""
+    return tuple(boundaries(fractions, alpha))
+
+
 def look_level(fractions: Sequence[float], look: int, alpha: float = ALPHA) -> float:
     """The confidence level of the two-sided interval at look ``look`` (0-based) of the plan ``fractions``."""
-    c = boundaries(fractions, alpha)[look]
+    c = _plan_boundaries(tuple(float(x) for x in fractions), alpha)[look]
     return 2 * _NORMAL.cdf(c) - 1
 
 
