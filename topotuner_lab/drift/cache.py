@@ -44,6 +44,39 @@ class DriftCache:
     written for another key (swapped or renamed files), or fails its checksum (bit flips, truncation)
     is recomputed and rewritten, never trusted. Rows hold only what the matrix pair determines: the
     projection id is added when the table is assembled, so identical pairs under two ids share one entry.
+
+    Parameters
+    ----------
+    root : pathlib.Path or None
+        The cache folder (default: ``drift`` under ``$TOPOTUNER_CACHE``, else ``~/.cache/topotuner_lab``); None
+        keeps nothing (every value is computed).
+
+    Raises
+    ------
+    ParameterError
+        :meth:`check_writable` when the folder cannot be created or written.
+
+    See Also
+    --------
+    drift_table : takes the cache as ``cache=``.
+
+    Examples
+    --------
+    A diagram is computed once, then read back (verified) from disk:
+
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from topotuner_lab import DriftCache, PersistenceSettings
+    >>> matrix = np.random.default_rng(0).standard_normal((6, 3))
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     cache = DriftCache(Path(folder))
+    ...     first = cache.diagrams("hash-of-matrix", PersistenceSettings(maxdim=0), matrix)
+    ...     again = cache.diagrams("hash-of-matrix", PersistenceSettings(maxdim=0), matrix)
+    ...     print(len(list(Path(folder).rglob("*.npz"))), np.array_equal(first[0], again[0]))
+    1 True
+    >>> DriftCache(None).get_row("any key") is None
+    True
     """
 
     root: Path | None = field(default_factory=lambda: cache_dir() / "drift")

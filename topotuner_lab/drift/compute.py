@@ -126,22 +126,111 @@ def drift_table(
     settings: DriftSettings | None = None,
     *,
     allow_other_base: bool = False,
-    **kwargs: Any,
+    pids: list[str] | None = None,
+    n_jobs: int = 2,
+    cache: DriftCache | None = None,
+    progress: bool = False,
+    scheduler: str | None = None,
 ) -> pd.DataFrame:
     """Drift table between a pretrained and a fine-tuned snapshot of the same model.
 
-    ``before`` and ``after`` must have the same projection ids and shapes and the same base model (else
-    :class:`SnapshotMismatchError`; ``allow_other_base`` relaxes the last). Keyword arguments go to
-    :func:`drift_between` (``n_jobs``, ``cache``, ``progress``, ``scheduler``, ``pids``); its docstring lists
-    the columns.
+    For every attention projection, the persistence diagrams of the two matrices' row clouds (:func:`diagrams`) and
+    the Wasserstein and bottleneck distances between them (:func:`wasserstein`, :func:`bottleneck`), with magnitude
+    baselines beside them. Pairs run in worker processes and are cached by content (:class:`DriftCache`), so a rerun
+    is instant and an interrupted run resumes.
 
     The table's ``attrs`` record both models, the pretrained weight hash (``before_hash``, checked when a
     card is built from the table) and the settings; Parquet keeps them, CSV does not.
+
+    Parameters
+    ----------
+    before, after : Snapshot
+        The pretrained and the fine-tuned snapshot (:func:`load_snapshot`, :func:`extract_snapshot`): the same
+        projection ids and shapes and the same base model.
+    settings : DriftSettings, optional
+        What to measure (default ``DriftSettings()``: H0 and H1, Euclidean rows, W1 and W2, bottleneck, magnitude).
+    allow_other_base : bool, default False
+        Accept snapshots whose base models differ (same shapes).
+    pids : list of str, optional
+        The projection ids to compute (default: all of ``before``).
+    n_jobs : int, default 2
+        Worker processes on this machine (capped at the core count); with ``scheduler="local"``, Dask workers.
+    cache : DriftCache, optional
+        The on-disk cache (default under ``$TOPOTUNER_CACHE``); ``DriftCache(None)`` disables it. With a Dask
+        cluster it must be a path every worker sees.
+    progress : bool, default False
+        Show a progress bar over the matrices.
+    scheduler : str, optional
+        None for local joblib processes; ``"local"`` for a Dask ``LocalCluster``; a Dask scheduler address
+        (``tcp://host:8786``) to spread the pairs over a cluster. The table is the same in every case.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per id: ``pid``, ``layer``, ``kind``, ``rows``, ``cols``, the drift columns of ``settings``
+        (``h{k}_w{p}``, ``h{k}_bottleneck``), diagram sizes (``n_h{k}_before/after``), the pretrained diagrams' total
+        persistence (``h{k}_persistence_before``) and the magnitude baselines (``rel_frobenius``, ``rel_spectral``,
+        ``row_cosine_change``).
+
+    Raises
+    ------
+    ParameterError
+        ``before`` or ``after`` is not a Snapshot (a path: load it first), an unknown id in ``pids``, ``n_jobs`` not a
+        positive whole number, or a malformed ``scheduler`` address.
+    SnapshotMismatchError
+        The snapshots are of different models (ids, shapes, architecture), or of different base models without
+        ``allow_other_base``.
+
+    Warns
+    -----
+    UserWarning
+        Exact cosine H1 on matrices of more than ``COSINE_H1_SUBSAMPLE`` rows (it can take hours; use ``subsample``).
+
+    See Also
+    --------
+    save_table, load_table : the table as a file.
+    build_profile : a profile card from the table.
+    noise_check : the table against its noise floor.
+
+    References
+    ----------
+    .. [1] Erol et al., TopoTuner (2026): Wasserstein drift between the Vietoris–Rips diagrams of each attention
+       projection before and after fine-tuning ranks the projections; code https://github.com/FDataLab/TopoTuner.
+    .. [2] D. Cohen-Steiner, H. Edelsbrunner, J. Harer, Y. Mileyko, "Lipschitz functions have Lp-stable
+       persistence", Foundations of Computational Mathematics 10, 127–139 (2010).
+    .. [3] U. Bauer, "Ripser: efficient computation of Vietoris–Rips persistence barcodes", Journal of Applied and
+       Computational Topology 5, 391–423 (2021).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from topotuner_lab import DriftCache, DriftSettings, Snapshot, drift_table, perturb_snapshot
+    >>> rng = np.random.default_rng(0)
+    >>> matrices = {f"L{i}.{k}": rng.standard_normal((8, 4), dtype=np.float32) for i in (0, 1) for k in "qkvo"}
+    >>> before = Snapshot(matrices, model="toy", base_model="toy", revision="r0", architecture="llama")
+    >>> after = perturb_snapshot(before, scale=0.1, seed=1)  # stands in for a fine-tuned copy
+    >>> h0 = DriftSettings(maxdim=0, orders=(1.0,))
+    >>> table = drift_table(before, after, h0, n_jobs=1, cache=DriftCache(None))
+    >>> table.shape
+    (8, 13)
+    >>> list(table.columns[:7])
+    ['pid', 'layer', 'kind', 'rows', 'cols', 'h0_w1', 'h0_bottleneck']
+    >>> bool((table["h0_w1"] > 0).all()), table.attrs["before"], table.attrs["after"]
+    (True, 'toy', 'toy+noise(0.1,seed=1)')
     """
     for name, given in (("before", before), ("after", after)):
         _check_snapshot(name, given)
     check_comparable(before, after, allow_other_base=allow_other_base)
-    table = drift_between(before.matrices, after.matrices, settings, **kwargs)
+    table = drift_between(
+        before.matrices,
+        after.matrices,
+        settings,
+        pids=pids,
+        n_jobs=n_jobs,
+        cache=cache,
+        progress=progress,
+        scheduler=scheduler,
+    )
     table.attrs.update(
         {
             "before": before.model,

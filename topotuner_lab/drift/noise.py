@@ -58,7 +58,68 @@ class NoiseCheck:
 def noise_check(
     table: pd.DataFrame, noise: Sequence[pd.DataFrame], metric: str = DEFAULT_METRIC, *, warn: bool = False
 ) -> NoiseCheck:
-    """Compare ``table[metric]`` with the same column of the ``noise`` tables (one per perturbation seed)."""
+    """Compare ``table[metric]`` with the same column of the ``noise`` tables (one per perturbation seed).
+
+    The noise floor is the drift of the pretrained snapshot against tiny random perturbations of itself
+    (:func:`perturb_snapshot`); a ranking whose drift does not stand clearly above it ranks noise. This check is the
+    lab's own guard, not a step of the paper's method.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The fine-tune's drift table (:func:`drift_table`), with a ``pid`` column.
+    noise : sequence of pandas.DataFrame
+        Drift tables of the pretrained snapshot against perturbed copies of itself, one per seed, of the same ids.
+    metric : str, default ``"h0_w1"``
+        The drift column compared.
+    warn : bool, default False
+        Also warn (``UserWarning``) when the drift is within the noise floor.
+
+    Returns
+    -------
+    NoiseCheck
+        ``ratio``: median drift over the median noise drift; ``share_above``: the share of matrices whose drift exceeds
+        every noise draw of that matrix; ``within_noise``: ratio below ``NOISE_RATIO_MIN`` (2) or NaN; ``message`` and
+        ``markdown``: the check in words.
+
+    Raises
+    ------
+    KeyError
+        A table without a ``pid`` or a ``metric`` column.
+
+    Warns
+    -----
+    UserWarning
+        With ``warn=True``, when the drift is within the noise floor.
+
+    See Also
+    --------
+    perturb_snapshot : the perturbed copies.
+
+    References
+    ----------
+    .. [1] Erol et al., TopoTuner (2026): Wasserstein drift between the Vietoris–Rips diagrams of each attention
+       projection before and after fine-tuning ranks the projections; code https://github.com/FDataLab/TopoTuner.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from topotuner_lab import DriftCache, DriftSettings, Snapshot, drift_table, perturb_snapshot
+    >>> rng = np.random.default_rng(0)
+    >>> matrices = {f"L{i}.{k}": rng.standard_normal((8, 4), dtype=np.float32) for i in (0, 1) for k in "qkvo"}
+    >>> before = Snapshot(matrices, model="toy", base_model="toy", revision="r0", architecture="llama")
+    >>> after = perturb_snapshot(before, scale=0.1, seed=1)  # stands in for a fine-tuned copy
+    >>> h0 = DriftSettings(maxdim=0, orders=(1.0,))
+    >>> table = drift_table(before, after, h0, n_jobs=1, cache=DriftCache(None))
+    >>> from topotuner_lab import noise_check
+    >>> noise = [drift_table(before, perturb_snapshot(before, seed=s), h0, n_jobs=1, cache=DriftCache(None))
+    ...          for s in (0, 1)]
+    >>> check = noise_check(table, noise)
+    >>> check.within_noise, check.share_above
+    (False, 1.0)
+    >>> print(check.message)
+    noise check on h0_w1: fine-tune drift is ...x the noise floor (median); 100% of matrices drift more than every ...
+    """
     drift = table.set_index("pid")[metric].astype(float)
     floor = pd.concat([n.set_index("pid")[metric].astype(float).reindex(drift.index) for n in noise], axis=1)
     ratio = float(drift.median() / max(float(np.nanmedian(floor.to_numpy())), np.finfo(float).tiny))

@@ -48,19 +48,53 @@ class DriftSettings(Config):
 
     Parameters
     ----------
-    maxdim : 0 for H0 only, 1 for H0 and H1.
-    metric : distance between rows, ``"euclidean"`` or ``"cosine"`` (1 - cos).
-    orders : Wasserstein orders p (each >= 1): one ``h{k}_w{p}`` column per dimension and order.
-    bottleneck : also the bottleneck distance (``h{k}_bottleneck``).
-    solver : Wasserstein solver for H1 (``"auto"``: the exact assignment up to ``distances.ASSIGNMENT_UP_TO``
-        points, exact POT up to ``distances.HERA_ABOVE``, hera beyond; see :func:`distances.wasserstein`).
-    n_perm, seed : optional greedy subsample of rows for H1 (approximate; None = all rows).
-    subsample : rows kept per matrix for H1, drawn at random by ``seed`` (the same rows for a matrix and its
+    maxdim : {1, 0}
+        0 for H0 only, 1 for H0 and H1.
+    metric : {"euclidean", "cosine"}
+        Distance between rows (``"cosine"``: 1 - cos).
+    orders : tuple of float, default (1.0, 2.0)
+        Wasserstein orders p (each >= 1): one ``h{k}_w{p}`` column per dimension and order.
+    bottleneck : bool, default True
+        Also the bottleneck distance (``h{k}_bottleneck``).
+    solver : {"auto", "assignment", "pot", "hera", "h0"}
+        Wasserstein solver for H1 (``"auto"``: the exact assignment up to ``distances.ASSIGNMENT_UP_TO``
+        points, exact POT up to ``distances.HERA_ABOVE``, hera beyond; see :func:`wasserstein`).
+    n_perm, seed : int or None, int
+        Optional greedy subsample of rows for H1 (approximate; None = all rows); ``seed`` also draws ``subsample``.
+    magnitude : bool, default True
+        Also the magnitude baselines (``rel_frobenius``, ``rel_spectral``, ``row_cosine_change``); the
+        magnitude control card ranks by ``rel_frobenius``. Off for a topology-only table (early stopping).
+    internal_p : float, default 2.0
+        Ground metric of the Wasserstein distance in the birth–death plane: 2 (Euclidean, as persim) or ``inf``
+        (gudhi's default, the authors' scripts).
+    subsample : int or None
+        Rows kept per matrix for H1, drawn at random by ``seed`` (the same rows for a matrix and its
         fine-tuned copy); None (the default) computes H1 on every row. H0 always uses every row. Exact cosine H1 is
         impractical on real models (SmolLM2-135M's deep ``o`` projections: minutes to tens of minutes per matrix);
         :data:`COSINE_H1_SUBSAMPLE` is the measured choice for cosine H1 (benchmarks/bench_cosine_h1.py).
-    magnitude : also the magnitude baselines (``rel_frobenius``, ``rel_spectral``, ``row_cosine_change``); the
-        magnitude control card ranks by ``rel_frobenius``. Off for a topology-only table (early stopping).
+
+    Raises
+    ------
+    ParameterError
+        A field out of its range or choices, or both ``n_perm`` and ``subsample`` given; :meth:`recipe` of an
+        unknown name.
+
+    See Also
+    --------
+    drift_table : the table these settings describe.
+    DriftSettings.recipe : the named recipes ``default`` and ``reference`` (the authors' scripts).
+
+    Examples
+    --------
+    >>> from topotuner_lab import DriftSettings
+    >>> DriftSettings(maxdim=0, orders=(1, 2)).columns()
+    ['h0_w1', 'h0_w2', 'h0_bottleneck']
+    >>> reference = DriftSettings.recipe("reference")
+    >>> reference.metric, reference.maxdim, reference.internal_p, reference.recipe_name
+    ('cosine', 0, inf, 'reference')
+    >>> DriftSettings(orders=(0.5,))
+    Traceback (most recent call last):
+    topotuner_lab._io.errors.ParameterError: drift settings: orders=(0.5,) is not a non-empty tuple of Wasserstein ...
     """
 
     label = "drift settings"

@@ -33,7 +33,43 @@ def check_table_path(path: str | os.PathLike[str]) -> Path:
 
 
 def save_table(table: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
-    """Write a table atomically as Parquet (``.parquet``) or CSV (``.csv``)."""
+    """Write a table atomically as Parquet (``.parquet``) or CSV (``.csv``).
+
+    Parquet keeps the table's ``attrs`` (the models, the pretrained weight hash and the drift settings, which a card
+    built from the table records and checks); CSV keeps the columns only.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        A drift table (:func:`drift_table`), written without its index.
+    path : str or os.PathLike
+        The file; its suffix picks the format.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    ParameterError
+        A suffix other than ``.parquet`` or ``.csv`` (refused before anything is written).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import pandas as pd
+    >>> from topotuner_lab import load_table, save_table
+    >>> table = pd.DataFrame({"pid": ["L0.q", "L0.k"], "layer": [0, 0], "kind": ["q", "k"], "rows": [8, 4],
+    ...                       "cols": [8, 8], "h0_w1": [0.5, 0.25]})
+    >>> table.attrs["before"] = "toy"
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = save_table(table, Path(folder) / "drift.parquet")
+    ...     again = load_table(path)
+    ...     print(path.name, again.equals(table), again.attrs["before"])
+    drift.parquet True toy
+    """
     path = check_table_path(path)
     with atomic.atomic_path(path) as tmp:
         if path.suffix == ".parquet":
@@ -44,7 +80,40 @@ def save_table(table: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
 
 
 def load_table(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """Read and check a drift table written by :func:`save_table` (one row per projection id)."""
+    """Read and check a drift table written by :func:`save_table` (one row per projection id).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A ``.parquet`` or ``.csv`` file written by :func:`save_table` or ``topotuner-lab drift``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The table, with its ``attrs`` when it was written as Parquet.
+
+    Raises
+    ------
+    InputFileError
+        The file is missing, of another suffix, unreadable, or not a drift table: an identity column (``pid``,
+        ``layer``, ``kind``, ``rows``, ``cols``) missing, a projection id listed twice or not shaped like ``L0.q``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import pandas as pd
+    >>> from topotuner_lab import InputFileError, load_table
+    >>> twice = pd.DataFrame({"pid": ["L0.q", "L0.q"], "layer": 0, "kind": "q", "rows": 8, "cols": 8, "h0_w1": 0.5})
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = Path(folder) / "drift.csv"
+    ...     twice.to_csv(path, index=False)
+    ...     try:
+    ...         load_table(path)
+    ...     except InputFileError as err:
+    ...         print(err.problem)
+    drift table .../drift.csv lists projection id(s) ['L0.q'] more than once
+    """
     path = Path(path)
     redo = "compute it again with `topotuner-lab drift BEFORE AFTER -o FILE.parquet`"
     if not path.is_file():

@@ -162,21 +162,69 @@ def wasserstein(
 ) -> float:
     """p-Wasserstein distance between two diagrams (L``internal_p`` ground metric, Euclidean by default).
 
+    The cost of the best matching of the two diagrams' points, each point matched to one of the other diagram or to
+    its projection on the diagonal: (sum of ground distances to the power ``p``) to the power 1/``p``.
+
     Parameters
     ----------
-    dgm_a, dgm_b : (m, 2) arrays of finite (birth, death) pairs with birth <= death; anything else (NaN, an infinite
-        death, a 1-D or 3-column array) is a :class:`ParameterError`.
-    p : Wasserstein order, >= 1.
-    solver : ``"auto"``: the exact H0 route when both diagrams are H0, else the exact assignment up to
-        ``ASSIGNMENT_UP_TO`` points, exact POT up to ``HERA_ABOVE``, hera beyond; ``"assignment"``: SciPy's linear
-        assignment (exact); ``"pot"``: exact optimal transport (gudhi.wasserstein); ``"hera"``: gudhi's hera with
-        relative error ``delta``; ``"h0"``: force the H0 route.
-    delta : hera's relative error, a positive finite number (checked whatever the solver).
-    internal_p : the ground metric's norm in the birth–death plane, >= 1 or ``np.inf`` (gudhi's default).
+    dgm_a, dgm_b : array_like, shape (m, 2)
+        Finite (birth, death) pairs with birth <= death (an empty list is the empty diagram).
+    p : float, default 1.0
+        Wasserstein order, a finite number >= 1.
+    solver : {"auto", "assignment", "pot", "hera", "h0"}
+        ``"auto"``: the exact H0 route when both diagrams are H0 (all births 0; an O(n·m) dynamic program over the
+        sorted deaths), else the exact assignment up to ``ASSIGNMENT_UP_TO`` points, exact POT up to ``HERA_ABOVE``,
+        hera beyond; ``"assignment"``: SciPy's linear assignment (exact); ``"pot"``: exact optimal transport
+        (gudhi.wasserstein, POT); ``"hera"``: gudhi's hera with relative error ``delta``; ``"h0"``: force the H0
+        route.
+    delta : float, default 0.01
+        hera's relative error, a positive finite number (checked whatever the solver).
+    internal_p : float, default 2.0
+        The ground metric's norm in the birth–death plane, >= 1 or ``np.inf``. 2 (Euclidean) makes ``p=1`` equal
+        ``persim.wasserstein``; ``np.inf`` is gudhi's default and the authors' reference recipe.
 
     Returns
     -------
-    The distance, in the diagrams' filtration units (row distances).
+    float
+        The distance, in the diagrams' filtration units (row distances); 0.0 for two empty diagrams.
+
+    Raises
+    ------
+    ParameterError
+        ``p`` or ``internal_p`` below 1, an unknown ``solver``, a ``delta`` that is not a positive finite number, a
+        diagram that is not finite (birth, death) pairs with birth <= death (NaN, an infinite death, a 1-D or
+        3-column array), or ``solver="h0"`` with a point born after 0.
+
+    See Also
+    --------
+    bottleneck : the L-infinity matching distance.
+    diagrams : the diagrams of a matrix's rows.
+
+    References
+    ----------
+    .. [1] D. Cohen-Steiner, H. Edelsbrunner, J. Harer, Y. Mileyko, "Lipschitz functions have Lp-stable
+       persistence", Foundations of Computational Mathematics 10, 127–139 (2010).
+    .. [2] R. Flamary et al., "POT: Python Optimal Transport", Journal of Machine Learning Research 22(78), 1–8
+       (2021); used through ``gudhi.wasserstein.wasserstein_distance``.
+    .. [3] M. Kerber, D. Morozov, A. Nigmetov, "Geometry helps to compare persistence diagrams", ACM Journal of
+       Experimental Algorithmics 22 (2017); hera, used through ``gudhi.hera.wasserstein_distance``.
+    .. [4] Erol et al., TopoTuner (2026): H0 Wasserstein drift of attention projections; code
+       https://github.com/FDataLab/TopoTuner (gudhi's ``internal_p=inf``).
+
+    Examples
+    --------
+    Matching sorted deaths is not optimal: sending the two outer points to the diagonal is cheaper.
+
+    >>> import numpy as np
+    >>> from topotuner_lab import wasserstein
+    >>> a = np.array([[0.0, 0.1], [0.0, 1.0]])
+    >>> b = np.array([[0.0, 1.0], [0.0, 1.9]])
+    >>> round(wasserstein(a, b), 4)
+    1.4142
+    >>> round(wasserstein(a, b, internal_p=np.inf), 4)
+    1.0
+    >>> round(wasserstein([[1.0, 2.0]], [[1.0, 3.0]], p=2), 4)
+    1.0
     """
     _check_order(p)
     _check_internal_p(internal_p)
@@ -257,18 +305,47 @@ def h0_bottleneck(deaths_a: np.ndarray, deaths_b: np.ndarray) -> float:
 def bottleneck(dgm_a: np.ndarray, dgm_b: np.ndarray) -> float:
     """Exact bottleneck distance (L-infinity ground metric).
 
-    The O(n log n) H0 route when both diagrams are H0 (all births 0), hera's exact solver (``delta=0``) otherwise.
+    The smallest largest cost of a matching of the two diagrams (points matched to points or to the diagonal). The
+    O(n log n) H0 route when both diagrams are H0 (all births 0), hera's exact solver (``delta=0``) otherwise.
 
     Parameters
     ----------
-    dgm_a, dgm_b : (m, 2) arrays of finite (birth, death) pairs with birth <= death (checked as in
-        :func:`wasserstein`).
+    dgm_a, dgm_b : array_like, shape (m, 2)
+        Finite (birth, death) pairs with birth <= death (checked as in :func:`wasserstein`).
 
     Returns
     -------
-    The distance in filtration units. Not ``gudhi.bottleneck_distance``: on H0 diagrams (all points on the line
-    birth = 0) it returned 1.5 where the exact distance is 1.0 (deaths {1, 2, 3, 4} vs {4, 5}; hera and persim give
-    1.0); a test keeps that case.
+    float
+        The distance in filtration units; 0.0 for two empty diagrams. Not ``gudhi.bottleneck_distance``: on H0
+        diagrams (all points on the line birth = 0) it returned 1.5 where the exact distance is 1.0 (deaths
+        {1, 2, 3, 4} vs {4, 5}; hera and persim give 1.0); a test keeps that case.
+
+    Raises
+    ------
+    ParameterError
+        A diagram that is not finite (birth, death) pairs with birth <= death.
+
+    See Also
+    --------
+    wasserstein : the p-Wasserstein matching distance.
+
+    References
+    ----------
+    .. [1] D. Cohen-Steiner, H. Edelsbrunner, J. Harer, "Stability of persistence diagrams", Discrete &
+       Computational Geometry 37, 103–120 (2007).
+    .. [2] M. Kerber, D. Morozov, A. Nigmetov, "Geometry helps to compare persistence diagrams", ACM Journal of
+       Experimental Algorithmics 22 (2017); hera, used through ``gudhi.hera.bottleneck_distance``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from topotuner_lab import bottleneck
+    >>> a = np.column_stack([np.zeros(4), [1.0, 2.0, 3.0, 4.0]])
+    >>> b = np.column_stack([np.zeros(2), [4.0, 5.0]])
+    >>> bottleneck(a, b)
+    1.0
+    >>> bottleneck([[1.0, 2.0]], [[1.0, 2.5]])
+    0.5
     """
     from gudhi.hera import bottleneck_distance as hera_bottleneck
 

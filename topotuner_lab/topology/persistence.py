@@ -28,7 +28,54 @@ AT_LEAST_3_ROWS = Check(lambda v: is_int(v) and v >= 3, "a row count >= 3")
 
 @dataclass(frozen=True)
 class PersistenceSettings(Config):
-    """How a diagram is computed; part of every cache key."""
+    """How a diagram is computed; part of every cache key.
+
+    Parameters
+    ----------
+    maxdim : {1, 0}
+        Highest homology dimension: 0 for H0 only, 1 for H0 and H1.
+    metric : {"euclidean", "cosine"}
+        Distance between rows; ``"cosine"`` is 1 - cos (a row of zero norm is at distance 1 from every other).
+    n_perm : int or None
+        H1 on a greedy-permutation (farthest-point) subsample of this many rows, at least 3, as ripser.py's
+        ``n_perm``; None: every row.
+    seed : int
+        Start point of the greedy permutation, and seed of the ``subsample`` draw (>= 0).
+    n_threads : int
+        Threads for H1 (giotto-ph); never changes a diagram, so it is not part of :meth:`key`.
+    subsample : int or None
+        H1 on this many rows (at least 3) drawn at random by ``seed``: the same rows for every matrix of one shape,
+        so a pretrained matrix and its fine-tuned copy keep the same rows; None: every row. H0 always uses every row.
+
+    Raises
+    ------
+    ParameterError
+        A field out of its range or choices, or both ``n_perm`` and ``subsample`` given.
+
+    See Also
+    --------
+    diagrams : the diagrams these settings describe.
+    DriftSettings.persistence : the settings a drift table computes its diagrams with.
+
+    References
+    ----------
+    .. [1] U. Bauer, "Ripser: efficient computation of Vietoris–Rips persistence barcodes", Journal of Applied and
+       Computational Topology 5, 391–423 (2021).
+    .. [2] J. Burella Pérez, S. Hauke, U. Lupo, M. Caorsi, A. Dassatti, "giotto-ph: a Python library for
+       high-performance computation of persistent homology of Vietoris–Rips filtrations", arXiv:2107.05412 (2021).
+    .. [3] Erol et al., TopoTuner (2026): the Vietoris–Rips diagrams of attention projections' row clouds; code
+       https://github.com/FDataLab/TopoTuner.
+
+    Examples
+    --------
+    >>> from topotuner_lab import PersistenceSettings
+    >>> PersistenceSettings(maxdim=0, metric="cosine").key()
+    {'maxdim': 0, 'metric': 'cosine', 'n_perm': None, 'seed': 0}
+    >>> PersistenceSettings(subsample=2)
+    Traceback (most recent call last):
+    topotuner_lab._io.errors.ParameterError: persistence settings: subsample=2 is not a row count >= 3, or None
+      How to fix: give subsample as a row count >= 3, or None
+    """
 
     label = "persistence settings"
 
@@ -67,6 +114,30 @@ class Diagrams:
 
     The single infinite H0 bar is left out: every diagram has exactly one, born at 0, so it never
     contributes to a distance.
+
+    Parameters
+    ----------
+    dgms : list of numpy.ndarray
+        ``dgms[k]``: the (m, 2) float64 array of the finite (birth, death) pairs of dimension ``k``, in the row
+        metric's units. ``len(diagrams)`` is the number of dimensions computed.
+
+    Raises
+    ------
+    IndexError
+        ``diagrams[k]`` for a dimension that was not computed.
+
+    See Also
+    --------
+    diagrams : computes them from a matrix.
+    wasserstein, bottleneck : distances between two diagrams of one dimension.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from topotuner_lab import Diagrams
+    >>> dgms = Diagrams([np.array([[0.0, 1.0], [0.0, 2.0]])])
+    >>> len(dgms), dgms[0].shape
+    (1, (2, 2))
     """
 
     dgms: list[np.ndarray] = field(default_factory=list)
@@ -229,16 +300,60 @@ def h1_diagram(dist: np.ndarray, n_threads: int = 1) -> np.ndarray:
 def diagrams(matrix: np.ndarray, settings: PersistenceSettings | None = None) -> Diagrams:
     """Persistence diagrams (H0 and, if ``maxdim=1``, H1) of the rows of ``matrix``.
 
+    The Vietoris–Rips filtration of the rows. H0 is computed exactly as the minimum spanning tree of the complete
+    distance graph (one float64 distance matrix, dense Prim; near-duplicate rows recomputed from their differences);
+    H1 by giotto-ph (a parallel Ripser) on the same distance matrix. Both are tested against ripser.py and gudhi.
+
     Parameters
     ----------
-    matrix : (rows, cols) weight matrix in ``nn.Linear`` layout; its rows are the points. Finite, at least 2 rows.
-    settings : homology dimension, row metric (``"euclidean"`` or ``"cosine"``), optional H1 subsample (``subsample``:
-        seeded random rows; ``n_perm``: greedy permutation). H0 always uses every row.
+    matrix : array_like, shape (rows, cols)
+        A weight matrix in ``nn.Linear`` layout; its rows are the points. Finite, at least 2 rows.
+    settings : PersistenceSettings, optional
+        Homology dimension, row metric (``"euclidean"`` or ``"cosine"``), optional H1 subsample (``subsample``:
+        seeded random rows; ``n_perm``: greedy permutation). Default ``PersistenceSettings()``: H0 and H1, Euclidean,
+        every row.
 
     Returns
     -------
-    :class:`Diagrams`: ``dgms[0]`` the (rows - 1, 2) finite H0 pairs (birth 0, death = MST edge length, sorted), and
-    ``dgms[1]`` the (m, 2) finite H1 pairs; values are row distances (the metric's units).
+    Diagrams
+        ``dgms[0]`` the (rows - 1, 2) finite H0 pairs (birth 0, death = MST edge length, sorted), and ``dgms[1]`` the
+        (m, 2) finite H1 pairs; values are row distances (the metric's units).
+
+    Raises
+    ------
+    InvalidMatrixError
+        ``matrix`` is not 2-D, has fewer than 2 rows, or holds NaN/Inf.
+
+    See Also
+    --------
+    wasserstein, bottleneck : distances between two diagrams.
+    drift_table : the diagrams' drift over every attention matrix of two snapshots.
+
+    References
+    ----------
+    .. [1] U. Bauer, "Ripser: efficient computation of Vietoris–Rips persistence barcodes", Journal of Applied and
+       Computational Topology 5, 391–423 (2021).
+    .. [2] J. Burella Pérez, S. Hauke, U. Lupo, M. Caorsi, A. Dassatti, "giotto-ph: a Python library for
+       high-performance computation of persistent homology of Vietoris–Rips filtrations", arXiv:2107.05412 (2021).
+    .. [3] Erol et al., TopoTuner (2026): the Vietoris–Rips diagrams of attention projections' row clouds; code
+       https://github.com/FDataLab/TopoTuner.
+
+    Examples
+    --------
+    The corners of a unit square: three H0 deaths at the side length, one loop born at 1 and filled at the diagonal.
+
+    >>> import numpy as np
+    >>> from topotuner_lab import PersistenceSettings, diagrams
+    >>> square = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+    >>> dgms = diagrams(square)
+    >>> dgms[0]
+    array([[0., 1.],
+           [0., 1.],
+           [0., 1.]])
+    >>> dgms[1].round(4)
+    array([[1.    , 1.4142]])
+    >>> len(diagrams(square, PersistenceSettings(maxdim=0, metric="cosine")))
+    1
     """
     settings = settings or PersistenceSettings()
     dist = distance_matrix(matrix, settings.metric)

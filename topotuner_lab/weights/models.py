@@ -391,12 +391,31 @@ def load_model(spec: str | os.PathLike[str] | None = None, *, revision: str | No
 
     Parameters
     ----------
-    spec : what to load (see above); a name close to a known one fails at once with a suggestion.
-    revision : hub revision (branch, tag or commit) for hub ids.
+    spec : str or os.PathLike, optional
+        What to load (see above); a name close to a known one fails at once with a suggestion.
+    revision : str, optional
+        Hub revision (branch, tag or commit) for hub ids.
 
     Returns
     -------
-    :class:`LoadedModel`: the float32 model in eval mode, its tokenizer, and the name and revision snapshots record.
+    LoadedModel
+        The float32 model in eval mode (``.model``), its tokenizer (``.tokenizer``), and the ``name`` and
+        ``revision`` snapshots record; ``source`` says which route loaded it.
+
+    Raises
+    ------
+    ModelLoadError
+        An unknown or misspelled name, a missing path, a folder without ``config.json``, a LoRA adapter folder (it
+        needs its base), a single file that is not a ``.gguf``, a damaged model, or a hub id that cannot be reached.
+
+    Examples
+    --------
+    >>> from topotuner_lab import load_model
+    >>> loaded = load_model("tiny-llama")  # random weights, built in memory
+    >>> loaded.name, loaded.source, type(loaded.model).__name__
+    ('tiny-llama', 'tiny', 'LlamaForCausalLM')
+    >>> loaded.model.config.num_hidden_layers, loaded.model.config.hidden_size
+    (2, 64)
     """
     spec = DEFAULT_MODEL if spec is None else str(spec)
     if spec in PACKAGED_MODELS:

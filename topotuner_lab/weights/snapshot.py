@@ -59,7 +59,62 @@ def combine_hashes(hashes: dict[str, str]) -> str:
 
 @dataclass
 class Snapshot:
-    """Attention matrices by projection id, plus where they came from."""
+    """Attention matrices by projection id, plus where they came from.
+
+    Parameters
+    ----------
+    matrices : dict of str to numpy.ndarray
+        Projection id (``"L0.q"``: layer, then ``q``, ``k``, ``v`` or ``o``) -> its (rows, cols) float32 matrix in
+        ``nn.Linear`` layout (rows are output units), in model order.
+    model : str
+        The model's name (a fine-tuned model's own name).
+    base_model : str
+        The pretrained model a fine-tune came from (the model itself for a pretrained snapshot); two snapshots are
+        compared only when it matches.
+    revision : str
+        Where the weights came from: a hub revision, ``"local"``, ``"in-memory"``, a tiny model's seed.
+    architecture : str
+        The model's ``model_type`` (``"llama"``...).
+    created : str
+        When the snapshot was made (UTC, ISO 8601; default: now).
+    note : str
+        Free text (``perturb_snapshot`` records its noise here).
+    total_params : int or None
+        Parameters of the whole model (budgets in percent need it); None if unknown.
+
+    Attributes
+    ----------
+    weights_hash : str
+        The weight fingerprint: a hash of every matrix, in id order (cards and drift tables record it).
+    shapes : dict of str to tuple of int
+        Each matrix's (rows, cols), by projection id.
+
+    Raises
+    ------
+    ParameterError
+        ``inventory()`` of a snapshot holding an id not shaped like ``"L0.q"``.
+
+    See Also
+    --------
+    extract_snapshot, stream_snapshot : snapshots of a model or a checkpoint.
+    save_snapshot, load_snapshot : the snapshot file.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from topotuner_lab import Snapshot
+    >>> rng = np.random.default_rng(0)
+    >>> matrices = {pid: rng.standard_normal((6, 4), dtype=np.float32) for pid in ("L0.q", "L0.k", "L0.v", "L0.o")}
+    >>> snap = Snapshot(matrices, model="toy", base_model="toy", revision="r0", architecture="llama")
+    >>> snap.shapes["L0.q"], len(snap.weights_hash)
+    ((6, 4), 32)
+    >>> snap.inventory()[["pid", "layer", "kind", "params"]]
+        pid  layer kind  params
+    0  L0.q      0    q      24
+    1  L0.k      0    k      24
+    2  L0.v      0    v      24
+    3  L0.o      0    o      24
+    """
 
     matrices: dict[str, np.ndarray]
     model: str
@@ -120,7 +175,44 @@ def _ordered(matrices: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def save_snapshot(snapshot: Snapshot, path: str | os.PathLike[str]) -> Path:
-    """Write a snapshot atomically as safetensors."""
+    """Write a snapshot atomically as safetensors.
+
+    The matrices are stored as float32 tensors named by projection id; the metadata records the snapshot's fields,
+    each matrix's shape, the weight hash and a hash of the metadata itself, so :func:`load_snapshot` catches any
+    damage. The file appears only once it is complete (written beside it, then renamed).
+
+    Parameters
+    ----------
+    snapshot : Snapshot
+        The snapshot to write.
+    path : str or os.PathLike
+        The file to write (``.safetensors``); its folder is created.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    OSError
+        The folder cannot be created or written.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from topotuner_lab import Snapshot
+    >>> rng = np.random.default_rng(0)
+    >>> matrices = {pid: rng.standard_normal((6, 4), dtype=np.float32) for pid in ("L0.q", "L0.k", "L0.v", "L0.o")}
+    >>> snap = Snapshot(matrices, model="toy", base_model="toy", revision="r0", architecture="llama")
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from topotuner_lab import load_snapshot, save_snapshot
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = save_snapshot(snap, Path(folder) / "toy.safetensors")
+    ...     print(path.name, load_snapshot(path).weights_hash == snap.weights_hash)
+    toy.safetensors True
+    """
     from safetensors.numpy import save_file
 
     path = Path(path)
@@ -201,6 +293,52 @@ def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
     :class:`InputFileError`, never a wrong number. The matrices are read-only memory maps of the file, so
     an 8B model's snapshot does not need its ~5 GB in memory at once (worker processes share the pages); the weight
     hash is checked by reading the file in chunks, so loading touches none of those pages.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A snapshot file written by :func:`save_snapshot`, :func:`stream_snapshot` or ``topotuner-lab extract``.
+
+    Returns
+    -------
+    Snapshot
+        The verified snapshot, its matrices in model order (layer, then q, k, v, o).
+
+    Raises
+    ------
+    InputFileError
+        The file is missing, not a readable safetensors file, not a TopoTuner snapshot, lacks metadata, or does not
+        match its own shapes, weight hash or metadata hash (a damaged or edited file).
+
+    Warns
+    -----
+    UserWarning
+        A snapshot of the older format ``topotuner-snapshot/1``, whose metadata no hash covers.
+
+    Examples
+    --------
+    A flipped bit in the weights is caught:
+
+    >>> import numpy as np
+    >>> from topotuner_lab import Snapshot
+    >>> rng = np.random.default_rng(0)
+    >>> matrices = {pid: rng.standard_normal((6, 4), dtype=np.float32) for pid in ("L0.q", "L0.k", "L0.v", "L0.o")}
+    >>> snap = Snapshot(matrices, model="toy", base_model="toy", revision="r0", architecture="llama")
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from topotuner_lab import InputFileError, load_snapshot, save_snapshot
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = save_snapshot(snap, Path(folder) / "toy.safetensors")
+    ...     print(load_snapshot(path).shapes == snap.shapes)
+    ...     data = bytearray(path.read_bytes())
+    ...     data[-1] ^= 1
+    ...     _ = path.write_bytes(bytes(data))
+    ...     try:
+    ...         load_snapshot(path)
+    ...     except InputFileError as err:
+    ...         print(err.problem)
+    True
+    snapshot .../toy.safetensors does not match its own weight hash (damaged file)
     """
     from safetensors import safe_open
 
@@ -304,7 +442,46 @@ class PerturbSettings(Config):
 
 
 def perturb_snapshot(snapshot: Snapshot, scale: float = NOISE_SCALE, seed: int = 0) -> Snapshot:
-    """A copy with Gaussian noise of std ``scale`` x each matrix's std: the drift noise floor."""
+    """A copy with Gaussian noise of std ``scale`` x each matrix's std: the drift noise floor.
+
+    Drift tables of a snapshot against such copies (one per seed) are the noise floor that :func:`noise_check`
+    compares a fine-tune's drift with.
+
+    Parameters
+    ----------
+    snapshot : Snapshot
+        The snapshot to perturb (not changed).
+    scale : float, default ``NOISE_SCALE`` (1e-3)
+        Noise standard deviation as a fraction of each matrix's own standard deviation; positive.
+    seed : int, default 0
+        Seed of the noise (>= 0).
+
+    Returns
+    -------
+    Snapshot
+        The float32 noisy copy: same ids, shapes, base model, revision and architecture; its ``model`` and ``note``
+        name the noise.
+
+    Raises
+    ------
+    ParameterError
+        ``scale`` not a positive finite number, or ``seed`` not a whole number >= 0.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from topotuner_lab import Snapshot
+    >>> rng = np.random.default_rng(0)
+    >>> matrices = {pid: rng.standard_normal((6, 4), dtype=np.float32) for pid in ("L0.q", "L0.k", "L0.v", "L0.o")}
+    >>> snap = Snapshot(matrices, model="toy", base_model="toy", revision="r0", architecture="llama")
+    >>> from topotuner_lab import perturb_snapshot
+    >>> noisy = perturb_snapshot(snap, scale=1e-3, seed=1)
+    >>> noisy.model, noisy.base_model, noisy.shapes == snap.shapes
+    ('toy+noise(0.001,seed=1)', 'toy', True)
+    >>> ratio = float(np.std(noisy.matrices["L0.q"] - snap.matrices["L0.q"]) / np.std(snap.matrices["L0.q"]))
+    >>> 0.0005 < ratio < 0.002
+    True
+    """
     PerturbSettings(scale, seed)
     rng = np.random.default_rng(seed)
     noisy = {

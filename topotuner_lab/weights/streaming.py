@@ -221,12 +221,49 @@ def stream_snapshot(
 
     Parameters
     ----------
-    source : a checkpoint folder (``config.json`` + safetensors, sharded or not), or, with ``base``, a folder holding
+    source : str or os.PathLike
+        A checkpoint folder (``config.json`` + safetensors, sharded or not), or, with ``base``, a folder holding
         only some tensors (a profile run's checkpoint: ``trainable.safetensors``), a finished profile run (its
         ``after.safetensors`` is used) or a LoRA adapter (``adapter_config.json``).
-    output : the snapshot file to write (``.safetensors``), atomically, verified before it replaces anything.
-    base : the pretrained checkpoint folder the tensors missing from ``source`` (or the adapter's base) come from.
-    name, base_model : the names recorded in the snapshot (default: the folder names).
+    output : str or os.PathLike
+        The snapshot file to write (``.safetensors``), atomically, verified before it replaces anything.
+    base : str or os.PathLike, optional
+        The pretrained checkpoint folder the tensors missing from ``source`` (or the adapter's base) come from.
+    name, base_model : str, optional
+        The names recorded in the snapshot (default: the folder names).
+    note : str
+        Free text recorded in the snapshot (default: ``"streamed from safetensors"``).
+
+    Returns
+    -------
+    pathlib.Path
+        The snapshot file, readable with :func:`load_snapshot`.
+
+    Raises
+    ------
+    ModelLoadError
+        ``source`` (or ``base``) is not a checkpoint folder, or an adapter comes without ``base``.
+    InputFileError
+        The checkpoint's index, shards, dtypes or shapes do not agree with each other or with ``config.json``.
+    SnapshotMismatchError
+        A run's snapshot is of another model than ``base``.
+    ParameterError
+        ``output`` is the run's own snapshot.
+    UnsupportedArchitectureError
+        The checkpoint's architecture has no known attention projections.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from topotuner_lab import extract_snapshot, load_model, load_snapshot, stream_snapshot
+    >>> loaded = load_model("tiny-llama")
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     loaded.model.save_pretrained(Path(folder) / "ckpt")
+    ...     path = stream_snapshot(Path(folder) / "ckpt", Path(folder) / "ckpt.safetensors", name="tiny-llama")
+    ...     streamed = load_snapshot(path)
+    ...     print(streamed.model, streamed.weights_hash == extract_snapshot(loaded).weights_hash)
+    tiny-llama True
     """
     source, output = Path(source), Path(output)
     if not source.is_dir():
