@@ -99,13 +99,44 @@ def apply_profile(model: torch.nn.Module, card: ProfileCard, *, check: bool = Tr
 
     Parameters
     ----------
-    model : the pretrained model (not a copy already changed by training).
-    card : the profile card; with ``check`` it must have been built for this model (shapes and weight hash, or the
+    model : torch.nn.Module
+        The pretrained model (not a copy already changed by training); changed in place.
+    card : ProfileCard
+        The profile card; with ``check`` it must have been built for this model (shapes and weight hash, or the
         config shape for a config-only card: see :func:`check_card_fits`).
+    check : bool, default True
+        Check that the card fits the model first.
 
     Returns
     -------
-    The names of the parameters left trainable.
+    list of str
+        The names of the parameters left trainable.
+
+    Raises
+    ------
+    ProfileError
+        The card was built for another model (other projections, shapes or weights), or trains part of a fused
+        parameter under FSDP.
+
+    Examples
+    --------
+    >>> from topotuner_lab import (CardSettings, DriftCache, DriftSettings, ModelIdentity, ProfileError,
+    ...                            apply_profile, build_profile, drift_table, extract_snapshot, load_model,
+    ...                            perturb_snapshot, upstream_card)
+    >>> loaded = load_model("tiny-llama")
+    >>> pre = extract_snapshot(loaded)
+    >>> table = drift_table(pre, perturb_snapshot(pre, 0.1), DriftSettings(maxdim=0), n_jobs=1, cache=DriftCache(None))
+    >>> card = build_profile(table, ModelIdentity.from_snapshot(pre), CardSettings(prior_task="sst2", count=2))
+    >>> names = apply_profile(loaded.model, card)
+    >>> len(names), all(name.endswith("_proj.weight") for name in names)
+    (2, True)
+    >>> sum(p.numel() for p in loaded.model.parameters() if p.requires_grad) == card.trainable_params
+    True
+    >>> try:
+    ...     apply_profile(loaded.model, upstream_card("Qwen3-8B-Base", size=3))
+    ... except ProfileError as err:
+    ...     print(err.problem)
+    card for 'Qwen/Qwen3-8B-Base' records its config shape only (no weight hash), and this model's differs: ...
     """
     if check:
         check_card_fits(card, model)

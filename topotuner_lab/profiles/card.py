@@ -113,7 +113,37 @@ PRIOR_SPEC = Check(
 
 @dataclass(frozen=True)
 class ModelIdentity(Config):
-    """The pretrained model a card was built for: its name, weight fingerprint, architecture, size and shapes."""
+    """The pretrained model a card was built for: its name, weight fingerprint, architecture, size and shapes.
+
+    Parameters
+    ----------
+    name : str
+        The pretrained model's name (a snapshot's ``base_model``).
+    weights_hash : str
+        Content hash of its attention matrices (``Snapshot.weights_hash``); ``"config-only"`` for a card built from
+        config shapes alone (:func:`upstream_card`).
+    architecture : str
+        Its ``model_type``.
+    total_params : int
+        Parameters of the whole model (budgets are shares of it).
+    shapes : dict of str to list of int
+        Projection id -> [rows, cols], in model order.
+
+    Raises
+    ------
+    ProfileError
+        A field of the wrong kind, or :meth:`from_snapshot` of a snapshot without a parameter count (or with one below
+        its attention matrices' parameters).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from topotuner_lab import ModelIdentity, Snapshot
+    >>> snap = Snapshot({"L0.q": np.ones((4, 2), np.float32)}, "toy-ft", "toy", "r0", "llama", total_params=100)
+    >>> identity = ModelIdentity.from_snapshot(snap)
+    >>> identity.name, identity.total_params, identity.shapes
+    ('toy', 100, {'L0.q': [4, 2]})
+    """
 
     label = "card's model"
     error = ProfileError
@@ -172,7 +202,73 @@ class ProfileCard(Config):
     """A reusable freezing profile (JSON, schema ``SCHEMA_VERSION``), checked field by field when it is made.
 
     ``trainable`` and ``frozen`` split the model's projection ids; ``ranking`` lists ``{"pid", "score"}`` best first
-    for the strategy; ``trainable_fraction`` is the trainable share of all model parameters (0.01 is 1%).
+    for the strategy; ``trainable_fraction`` is the trainable share of all model parameters (0.01 is 1%). Cards are
+    made by :func:`build_profile` and :func:`upstream_card`, read by :meth:`load`, written by :meth:`save`.
+
+    Parameters
+    ----------
+    model : ModelIdentity
+        The pretrained model it was built for.
+    prior_task : str
+        The task whose drift ranked the projections.
+    strategy : str
+        Which end of the ranking trains, or a control (one of ``STRATEGIES``: ``high-drift``, ``low-drift``,
+        ``random``, ``magnitude``...).
+    metric : str
+        The drift-table column ranked by (for an upstream card: the source of its list).
+    drift_settings : dict
+        The drift settings of the table (``DriftSettings.key()``); empty when none were recorded.
+    ranking : list of dict
+        ``{"pid": id, "score": value}`` for the ranked projections, best first.
+    trainable, frozen : list of str
+        The projection ids that train and that stay frozen: together every id of ``model``, each once.
+    trainable_params : int
+        Parameters that train.
+    trainable_fraction : float
+        Their share of all the model's parameters, in [0, 1].
+    budget : dict
+        The budget asked for: ``{"count": n}``, ``{"fraction": f}`` or ``{"per_kind": {kind: n}}``.
+    stop_threshold : float or None
+        Early-stopping threshold on normalized drift, in (0, 1).
+    transferred_to : list of str
+        Tasks the card was transferred to.
+    seed : int
+        Seed of the random control.
+    normalization : str
+        How scores were made comparable across matrix sizes (one of ``NORMALIZATIONS``).
+    recipe : str or None
+        The drift recipe of the table (``default``, ``reference`` or ``custom``); None when it recorded no settings.
+    aggregation : {"final", "mean"}
+        How the table's drift aggregated the prior run's epochs.
+    gradient_task : str or None
+        The task whose gradient ranked a ``gradient`` card (None for other strategies).
+    prior_spec : dict or None
+        The prior task's spec as found when the card was built (its content hash and path, or a built-in's name).
+    created : str
+        When the card was made (UTC, ISO 8601; default: now).
+    schema_version : int
+        The card schema (``SCHEMA_VERSION``); older files are migrated when read.
+
+    Raises
+    ------
+    ProfileError
+        A field of the wrong kind or out of its choices, ids that do not split the model's projections, no trainable
+        projection, a recipe that contradicts the drift settings; :meth:`load` of a file that is not a valid card.
+    InputFileError
+        :meth:`load` of a missing or unreadable file.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from topotuner_lab import ProfileCard, upstream_card
+    >>> card = upstream_card("Qwen3-8B-Base", size=3)  # the authors' published list, no weights needed
+    >>> card.strategy, card.budget, len(card.trainable) + len(card.frozen) == len(card.model.shapes)
+    ('high-drift', {'per_kind': {'q': 3, 'k': 3, 'v': 3}}, True)
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = card.save(Path(folder) / "card.json")  # and card.md beside it
+    ...     print(ProfileCard.load(path) == card, sorted(p.name for p in Path(folder).iterdir()))
+    True ['card.json', 'card.md']
     """
 
     label = "profile card"

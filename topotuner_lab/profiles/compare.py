@@ -69,7 +69,40 @@ def _mean_depth(card: ProfileCard) -> float:
 
 
 def compare_cards(a: ProfileCard, b: ProfileCard, labels: tuple[str, str] = ("A", "B")) -> CardComparison:
-    """Compare two cards' selections (same model: id by id; other models: by kind and depth)."""
+    """Compare two cards' selections (same model: id by id; other models: by kind and depth).
+
+    Parameters
+    ----------
+    a, b : ProfileCard
+        The two cards.
+    labels : tuple of str, default ("A", "B")
+        Their names in the comparison's tables and figures.
+
+    Returns
+    -------
+    CardComparison
+        ``same_model``; on the same model the ids in ``both``, ``only_a``, ``only_b``, the Jaccard index of the
+        trainable sets and the Spearman correlation of the two pick orders (None across models); always each card's
+        share of trainable parameters per kind (``kind_share``) and mean relative depth; ``summary()`` as a table.
+
+    Raises
+    ------
+    AttributeError
+        ``a`` or ``b`` is not a :class:`ProfileCard`.
+
+    Examples
+    --------
+    The two ends of the authors' published ordering pick disjoint sets, in opposite orders:
+
+    >>> from topotuner_lab import compare_cards, upstream_card
+    >>> high = upstream_card("Qwen3-8B-Base", size=3)
+    >>> low = upstream_card("Qwen3-8B-Base", size=3, strategy="low-drift")
+    >>> result = compare_cards(high, low, labels=("high", "low"))
+    >>> result.same_model, result.jaccard, result.rank_spearman < -0.9
+    (True, 0.0, True)
+    >>> result.kind_share.round(3)["high"].to_dict()
+    {'q': 0.667, 'k': 0.167, 'v': 0.167, 'o': 0.0}
+    """
     same = a.model.weights_hash == b.model.weights_hash and a.model.shapes == b.model.shapes
     set_a, set_b = set(a.trainable), set(b.trainable)
     jaccard = spearman = None

@@ -263,15 +263,44 @@ def export_card(
 
     Parameters
     ----------
-    card : the profile card.
-    to : one of :data:`FORMATS`.
-    model : the model, for parameter names of a layout other than ``model.layers.N.self_attn.*_proj``.
+    card : ProfileCard
+        The profile card.
+    to : {"axolotl", "swift", "peft", "names", "spectrum", "llama-factory"}
+        The trainer's format (:data:`FORMATS`).
+    model : torch.nn.Module, optional
+        The model, for parameter names of a layout other than ``model.layers.N.self_attn.*_proj``.
 
     Returns
     -------
-    Text for ``axolotl`` (YAML), ``swift`` (command-line arguments) and ``llama-factory`` (YAML); a dict for ``peft``
-    (``LoraConfig(**result)``) and ``spectrum`` (the score file); a list of names for ``names``.
-    :func:`export_text` writes each as a file. Formats that cannot reproduce the card warn (:class:`ExportWarning`).
+    str or dict or list of str
+        Text for ``axolotl`` (YAML), ``swift`` (command-line arguments) and ``llama-factory`` (YAML); a dict for
+        ``peft`` (``LoraConfig(**result)``) and ``spectrum`` (the score file); a list of names for ``names``.
+        :func:`export_text` writes each as a file.
+
+    Raises
+    ------
+    ParameterError
+        An unknown format.
+    ProfileError
+        Names of a non-LLaMA-like layout without the model, a model without the card's projections, or a card that
+        trains only part of a fused parameter.
+
+    Warns
+    -----
+    ExportWarning
+        A format that cannot reproduce the card exactly (it trains other or more matrices), saying what it changes.
+
+    Examples
+    --------
+    >>> from topotuner_lab import export_card, upstream_card
+    >>> card = upstream_card("Qwen3-8B-Base", size=3)
+    >>> export_card(card, "names")[:2]
+    ['model.layers.3.self_attn.v_proj.weight', 'model.layers.5.self_attn.v_proj.weight']
+    >>> print(export_card(card, "axolotl"))
+    # TopoTuner profile: high-drift on imdb+sst2+mmlu, Qwen/Qwen3-8B-Base
+    unfrozen_parameters:
+    - ^model.layers.3.self_attn.v_proj.weight$
+    ...
     """
     if to == "axolotl":
         return card.to_spectrum_yaml(model)

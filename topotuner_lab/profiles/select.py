@@ -423,7 +423,49 @@ def kind_composition(card: ProfileCard) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class CardSettings(Config):
-    """How a card is built from a drift table: the options of ``topotuner-lab profile`` and of :func:`build_profile`."""
+    """How a card is built from a drift table: the options of ``topotuner-lab profile`` and of :func:`build_profile`.
+
+    Parameters
+    ----------
+    prior_task : str
+        The task the drift came from (recorded in the card).
+    strategy : str, default "high-drift"
+        Which matrices train: one of ``STRATEGIES`` (see :func:`build_profile`).
+    metric : str, default "h0_w1"
+        Drift-table column to rank by.
+    normalization : {"per-point", "raw", "relative", "noise-z"}
+        How matrices of different sizes are made comparable (default ``per-point``).
+    count : int or None
+        Budget as a number of trainable matrices.
+    fraction : float or None
+        Budget as a fraction in (0, 1] of the model's parameters (0.01 is 1%; the CLI's ``--budget`` takes percent).
+    per_kind : dict of str to int, or None
+        Budget as matrices per projection kind (``{"k": 2, "v": 2}``), ranked within each kind.
+    per_kind_budget : bool, default False
+        With ``fraction``: the same number of matrices of each kind, the most that fits the budget.
+    seed : int, default 0
+        Seed of the random control.
+    stop_threshold : float or None
+        Early-stopping threshold recorded in the card, in (0, 1).
+    allow_partial : bool, default False
+        Accept a drift table without some of the model's projections (they stay frozen).
+
+    Raises
+    ------
+    ProfileError
+        A field out of its range or choices, not exactly one budget, ``per_kind_budget`` without ``fraction``, or a
+        joint strategy with ``noise-z``.
+
+    Examples
+    --------
+    >>> from topotuner_lab import CardSettings
+    >>> settings = CardSettings(prior_task="sst2", fraction=0.01)  # 1% of the model's parameters, high drift
+    >>> settings.strategy, settings.normalization, settings.metric
+    ('high-drift', 'per-point', 'h0_w1')
+    >>> CardSettings(prior_task="sst2", count=2, fraction=0.01)
+    Traceback (most recent call last):
+    topotuner_lab._io.errors.ProfileError: card settings: give exactly one of count (matrices), budget fraction ...
+    """
 
     label = "card settings"
     error = ProfileError
@@ -505,10 +547,13 @@ def build_profile(
 
     Parameters
     ----------
-    table : drift table (``drift_table`` / ``load_table``), one row per projection id. The card records its drift
+    table : pandas.DataFrame
+        Drift table (``drift_table`` / ``load_table``), one row per projection id. The card records its drift
         settings and their recipe, and ``attrs["aggregation"]`` (``final`` unless the table says ``mean``).
-    identity : the pretrained model (``ModelIdentity.from_snapshot``); the table must be of this model.
-    settings : how the card is chosen (:class:`CardSettings`, checked when it is made): the prior task, the
+    identity : ModelIdentity
+        The pretrained model (``ModelIdentity.from_snapshot``); the table must be of this model.
+    settings : CardSettings
+        How the card is chosen (checked when it is made): the prior task, the
         strategy, the metric, the normalization, exactly one budget, the seed, the stop threshold, ``allow_partial``.
 
         - ``strategy``: ``high-drift``, ``low-drift``, the controls ``random`` and ``magnitude``, the field's
@@ -527,8 +572,10 @@ def build_profile(
         - ``normalization``: one of ``NORMALIZATIONS`` (see :func:`normalized_scores`).
         - ``allow_partial``: accept a table without some of the model's projections (they stay frozen, unranked);
           else such a table is refused, as is one of another model or with negative drift (:func:`check_table_fits`).
-    noise : noise-floor tables, for ``normalization="noise-z"``.
-    drift_settings : the drift settings the table was computed with, recorded in the card (default: the table's
+    noise : sequence of pandas.DataFrame
+        Noise-floor tables, for ``normalization="noise-z"``.
+    drift_settings : dict, optional
+        The drift settings the table was computed with, recorded in the card (default: the table's
         ``attrs["settings"]``).
 
     Returns
@@ -536,11 +583,28 @@ def build_profile(
     ProfileCard
         The card: the ranking, the trainable and frozen ids in model order, the budget and where it all came from.
 
+    Raises
+    ------
+    ProfileError
+        The table does not fit ``identity`` (another model or weights, missing projections without ``allow_partial``,
+        negative drift), lacks the column the strategy ranks by or holds NaN there, or the budget cannot be met (a
+        count beyond the projections, a fraction below the smallest matrix).
+
     Examples
     --------
-    >>> settings = CardSettings(prior_task="sst2", fraction=0.01)  # 1% of the model's parameters, high drift
-    >>> settings.strategy, settings.normalization
-    ('high-drift', 'per-point')
+    >>> import numpy as np
+    >>> from topotuner_lab import DriftCache, DriftSettings, Snapshot, drift_table, perturb_snapshot
+    >>> rng = np.random.default_rng(0)
+    >>> matrices = {f"L{i}.{k}": rng.standard_normal((8, 4), dtype=np.float32) for i in (0, 1) for k in "qkvo"}
+    >>> before = Snapshot(matrices, "toy", "toy", "r0", "llama", total_params=1000)
+    >>> after = perturb_snapshot(before, scale=0.1, seed=1)  # stands in for a fine-tuned copy
+    >>> table = drift_table(before, after, DriftSettings(maxdim=0), n_jobs=1, cache=DriftCache(None))
+    >>> from topotuner_lab import CardSettings, ModelIdentity, build_profile
+    >>> card = build_profile(table, ModelIdentity.from_snapshot(before), CardSettings(prior_task="sst2", count=2))
+    >>> len(card.trainable), len(card.frozen), card.trainable_params, card.trainable_fraction
+    (2, 6, 64, 0.064)
+    >>> sorted(entry["pid"] for entry in card.ranking[:2]) == sorted(card.trainable)  # the two highest, in model order
+    True
     """
     ranking = strategy_scores(
         table, settings.strategy, settings.metric, settings.normalization, noise, seed=settings.seed

@@ -158,19 +158,44 @@ def upstream_card(
 
     Parameters
     ----------
-    model : an upstream model: its hub id (``Qwen/Qwen3-8B-Base``), the id's last part, or the authors' key
+    model : str
+        An upstream model: its hub id (``Qwen/Qwen3-8B-Base``), the id's last part, or the authors' key
         (:func:`upstream_models`).
-    selector : ``wasserstein`` (drift) or ``norm`` (relative Frobenius change; V/O lists of Qwen3-8B-Base only).
-    size : matrices per kind: any number of layers for the orderings, 3, 6, 9 or 15 for the V/O lists.
-    strategy : ``high-drift`` trains the highest end of the list, ``low-drift`` the lowest.
-    source : ``orderings`` (Q/K/V, every model) or ``vo-lists`` (V/O, Qwen3-8B-Base); default: ``orderings`` for
+    selector : {"wasserstein", "norm"}
+        ``wasserstein`` (drift) or ``norm`` (relative Frobenius change; V/O lists of Qwen3-8B-Base only).
+    size : int, default 3
+        Matrices per kind: any number of layers for the orderings, 3, 6, 9 or 15 for the V/O lists.
+    strategy : {"high-drift", "low-drift"}
+        ``high-drift`` trains the highest end of the list, ``low-drift`` the lowest.
+    source : {"orderings", "vo-lists"}, optional
+        ``orderings`` (Q/K/V, every model) or ``vo-lists`` (V/O, Qwen3-8B-Base); default: ``orderings`` for
         ``wasserstein``, ``vo-lists`` for ``norm``.
 
     Returns
     -------
-    The card. Its ranking holds each listed matrix with its position in the published list as score (0 = first; for
-    the orderings, 0 = lowest drift), best first for ``strategy``; ``metric`` names the source, commit, list and what
-    trains; ``prior_task`` the fine-tunes that ranked them (``imdb+sst2+mmlu``, or ``unrecorded``).
+    ProfileCard
+        Its ranking holds each listed matrix with its position in the published list as score (0 = first; for
+        the orderings, 0 = lowest drift), best first for ``strategy``; ``metric`` names the source, commit, list and
+        what trains; ``prior_task`` the fine-tunes that ranked them (``imdb+sst2+mmlu``, or ``unrecorded``); its model
+        identity is the config shape (``weights_hash="config-only"``).
+
+    Raises
+    ------
+    ProfileError
+        An unknown model, selector, strategy or source, a selector the source has no list for, or a size the list
+        does not have.
+
+    Examples
+    --------
+    >>> from topotuner_lab import upstream_card
+    >>> card = upstream_card("Qwen/Qwen3-8B-Base", size=3)
+    >>> card.model.name, card.model.weights_hash, card.prior_task
+    ('Qwen/Qwen3-8B-Base', 'config-only', 'imdb+sst2+mmlu')
+    >>> card.trainable
+    ['L3.v', 'L5.v', 'L19.q', 'L22.k', 'L33.k', 'L34.q', 'L34.k', 'L35.q', 'L35.v']
+    >>> vo = upstream_card("Qwen3-8B-Base", selector="norm", size=3)
+    >>> vo.budget
+    {'per_kind': {'v': 3, 'o': 3}}
     """
     for value, choices, what in ((selector, SELECTORS, "selector"), (strategy, ENDS, "strategy")):
         if value not in choices:
