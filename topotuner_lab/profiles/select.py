@@ -438,7 +438,7 @@ class CardSettings(Config):
     count : int or None
         Budget as a number of trainable matrices.
     fraction : float or None
-        Budget as a fraction in (0, 1] of the model's parameters (0.01 is 1%; the CLI's ``--budget`` takes percent).
+        Budget as a fraction in (0, 1] of the model's parameters (0.01 is 1%).
     per_kind : dict of str to int, or None
         Budget as matrices per projection kind (``{"k": 2, "v": 2}``), ranked within each kind.
     per_kind_budget : bool, default False
