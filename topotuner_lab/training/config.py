@@ -49,7 +49,86 @@ def _threshold(text: str) -> float | str:
 
 @dataclass(frozen=True)
 class FinetuneConfig(Config):
-    """What to train and how; recorded verbatim in the results. The CLI's ``finetune`` options are these fields."""
+    """What to train and how; recorded verbatim in the results. The CLI's ``finetune`` options are these fields.
+
+    Parameters
+    ----------
+    method : {"full", "lora", "profile", "spectrum-top5"}
+        Full fine-tuning, LoRA (peft), the matrices a card selects, or Spectrum's top 5 percent.
+    task : str, default "sst2"
+        The task to train and test on: a built-in name or a task spec ``.yaml``.
+    output_dir : str, default "runs/finetune"
+        The run folder (``results.json``, checkpoints while training).
+    profile : str or None
+        A card ``.json``: the matrices ``method="profile"`` trains; ``lora_rank="match"`` and
+        ``stop_threshold="card"`` read it too.
+    lora_rank : int or "match"
+        LoRA rank, or the rank whose parameter count matches the card's.
+    epochs : int, default 3
+        Epoch budget.
+    n_train, n_val, n_test : int
+        Training rows drawn (128), validation rows carved from the training data (0: none; never the test set), and
+        test rows drawn (128).
+    n_ood : int, default 64
+        Out-of-domain rows per forgetting task; 0: no forgetting battery.
+    ood_tasks : tuple of str
+        The forgetting battery's tasks (empty: the default other task).
+    n_ppl : int, default 32
+        Held-out texts for perplexity before and after; 0: no perplexity probe.
+    batch_size, max_length : int
+        Training batch size (8) and tokens per example, prompt and target (64).
+    num_fewshot : int or None
+        Few-shot examples before each scored prompt (None: each task spec's own).
+    learning_rate : float or None
+        Peak learning rate in (0, 1); None: the method's untuned default (``DEFAULT_LR``).
+    lr_scheduler : {"linear", "constant", "cosine"}
+        Learning-rate schedule over the epoch budget.
+    precision : {"fp32", "bf16", "fp16"}
+        float32, or bfloat16 / float16 mixed precision (float32 weights).
+    gradient_checkpointing : bool, default False
+        Recompute activations in the backward pass: less memory for more compute.
+    seed, data_seed : int
+        The training seed, and the seed of which rows are drawn and their order.
+    stop_threshold : float, "card" or None
+        Topological early stopping on normalized drift, in (0, 1), or the card's own threshold; None: off.
+    observe_only : bool, default False
+        Record the stop epoch but train the whole budget.
+    eval_each_epoch : bool, default False
+        Test accuracy after every epoch.
+    save_checkpoints, keep_checkpoints : bool
+        Checkpoint each epoch so a stopped run resumes (True), and keep the last one after a finished run (False).
+    save_snapshot, save_epoch_snapshots : bool
+        Write the fine-tuned attention matrices (``after.safetensors``), and after every epoch too (both False).
+    confirm_run_unsafe_code : bool, default False
+        Where no sandbox can run, run code tasks' generated programs with resource limits only.
+    data_source : str or None
+        None: the offline copies (else each spec's hub dataset); ``"hub"``; or a data folder laid out like
+        ``shared/data``.
+
+    Raises
+    ------
+    ParameterError
+        A field out of its range or choices, or a method or option that needs a card without ``profile``.
+    TaskError
+        An unknown task or forgetting task.
+
+    See Also
+    --------
+    run_finetune : runs a config.
+
+    Examples
+    --------
+    >>> from topotuner_lab import FinetuneConfig
+    >>> cfg = FinetuneConfig(method="lora", task="sst2", epochs=1, output_dir="runs/lora")
+    >>> cfg.lora_rank, cfg.learning_rate, cfg.n_train
+    (8, None, 128)
+    >>> FinetuneConfig.from_dict(cfg.to_dict()) == cfg
+    True
+    >>> FinetuneConfig(method="profile")
+    Traceback (most recent call last):
+    topotuner_lab._io.errors.ParameterError: fine-tune config: method 'profile' needs a profile card
+      How to fix: pass ...
+    """
 
     label = "fine-tune config"
 

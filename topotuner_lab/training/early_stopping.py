@@ -48,14 +48,61 @@ def projection_matrices(model: torch.nn.Module, pids: list[str] | None = None) -
 class TopologicalEarlyStopping(TrainerCallback, ExportableState):
     """Stop when normalized epoch-to-epoch topological drift falls below ``threshold``.
 
+    A Hugging Face ``TrainerCallback``: pass it in ``Trainer(callbacks=[...])`` (``run_finetune`` does so when its
+    config sets ``stop_threshold``). Its state is saved with each checkpoint, so a resumed run keeps its history.
+
     Parameters
     ----------
-    threshold : in (0, 1); the first epoch's drift is 1.0 by definition.
-    pids : projection ids to monitor (a card's trainable ids), or None for all.
-    metric : drift column summed over the monitored matrices (default ``h0_w1``).
-    settings : drift settings (default H0 only, W1, no bottleneck: cheap enough for every epoch).
-    min_epochs : never stop before this epoch (a whole number >= 1).
-    observe_only : record ``stop_epoch`` but let training run its whole budget.
+    threshold : float, default 0.5
+        In (0, 1); the first epoch's drift is 1.0 by definition.
+    pids : list of str, optional
+        Projection ids to monitor (a card's trainable ids), or None for all.
+    metric : str, default "h0_w1"
+        Drift column summed over the monitored matrices.
+    settings : DriftSettings or dict, optional
+        Drift settings, or their ``key()`` (default H0 only, W1, no bottleneck, no magnitude: cheap enough for every
+        epoch).
+    min_epochs : int, default 2
+        Never stop before this epoch (a whole number >= 1).
+    observe_only : bool, default False
+        Record ``stop_epoch`` but let training run its whole budget.
+
+    Attributes
+    ----------
+    history : list of dict
+        Per epoch: ``epoch``, ``drift`` (since the previous epoch), ``normalized`` (by the first epoch's drift),
+        ``from_pretrained`` (mean drift from the weights training started from) and ``seconds``.
+    stop_epoch : int or None
+        The epoch the rule fired at (also under ``observe_only``), or None.
+
+    Raises
+    ------
+    ParameterError
+        A threshold outside (0, 1), ``min_epochs`` not a whole number >= 1, ``pids`` not a non-empty list of ids, a
+        ``metric`` the settings do not compute; at the start of training, monitored ids the model does not have.
+
+    Examples
+    --------
+    Two simulated epochs on a tiny model, the second moving the weights a tenth as far as the first:
+
+    >>> import torch
+    >>> from transformers import TrainerControl, TrainerState
+    >>> from topotuner_lab import TopologicalEarlyStopping, load_model
+    >>> model = load_model("tiny-llama").model
+    >>> stopper = TopologicalEarlyStopping(threshold=0.5)
+    >>> state, control = TrainerState(), TrainerControl()
+    >>> stopper.on_train_begin(None, state, control, model=model)
+    >>> _ = torch.manual_seed(0)
+    >>> for epoch, step in ((1, 0.1), (2, 0.01)):
+    ...     with torch.no_grad():
+    ...         for param in model.parameters():
+    ...             _ = param.add_(step * torch.randn_like(param))
+    ...     state.epoch = epoch
+    ...     control = stopper.on_epoch_end(None, state, control, model=model)
+    >>> stopper.stop_epoch, control.should_training_stop
+    (2, True)
+    >>> stopper.history[0]["normalized"], stopper.history[1]["normalized"] < 0.5
+    (1.0, True)
     """
 
     def __init__(

@@ -212,20 +212,66 @@ def transfer_check(
     data_source: str | None = None,
     card_path: str | os.PathLike[str] | None = None,
 ) -> TransferCheck:
-    """Check before training whether ``card`` (built on its prior task) suits ``target_task`` on ``loaded``.
+    r"""Check before training whether ``card`` (built on its prior task) suits ``target_task`` on ``loaded``.
+
+    On a few rows of each task, every attention matrix's gradient of the completion-only loss at the pretrained
+    weights; the cosine between the two tasks' gradients per matrix, and how the card's picks agree with the target's
+    own gradient ranking. It trains nothing.
 
     Parameters
     ----------
-    loaded : the pretrained model the card was built for (not changed: gradients are taken on a copy).
-    card : the profile card; its ``prior_task`` names the prior, found from any folder as
-        :func:`~topotuner_lab.profiles.prior.resolve_prior` finds it (``card_path``: where the card was read from).
-    target_task : the task the card would be transferred to.
-    settings : rows per task, length, batch size and row seed (:class:`TransferCheckSettings`).
+    loaded : LoadedModel
+        The pretrained model the card was built for (not changed: gradients are taken on a copy).
+    card : ProfileCard
+        The profile card; its ``prior_task`` names the prior, found from any folder as
+        :func:`~topotuner_lab.profiles.prior.resolve_prior` finds it.
+    target_task : str
+        The task the card would be transferred to (a built-in name or a task spec ``.yaml``).
+    settings : TransferCheckSettings, optional
+        Rows per task (128), tokens per example, batch size and row seed.
+    data_source : str, optional
+        Where the tasks' rows come from: None for the offline copies, ``"hub"``, or a data folder laid out like
+        ``shared/data``.
+    card_path : str or os.PathLike, optional
+        Where the card was read from (its folder is searched for a prior spec given as a relative path).
 
     Returns
     -------
-    :class:`TransferCheck`: per-matrix gradient cosines and norms, the medians over the card's matrices and over all,
-    the card's rank agreement and overlap with the target's gradient ranking, and a one-line ``verdict``.
+    TransferCheck
+        Per-matrix gradient cosines and norms (``table``), the medians over the card's matrices and over all, the
+        card's rank agreement and overlap with the target's gradient ranking, ``close`` and a one-line ``verdict``.
+
+    Raises
+    ------
+    ProfileError
+        The card does not fit the model, or its prior task's spec cannot be found.
+    TaskError
+        An unknown task, or rows that cannot be read.
+
+    Examples
+    --------
+    A card checked against its own prior task on four offline rows (a data folder laid out like ``shared/data``):
+
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import pandas as pd
+    >>> from topotuner_lab import (CardSettings, DriftCache, DriftSettings, ModelIdentity, build_profile,
+    ...                            drift_table, extract_snapshot, load_model, perturb_snapshot, transfer_check)
+    >>> from topotuner_lab.training.transfer import TransferCheckSettings
+    >>> loaded = load_model("tiny-llama")
+    >>> pre = extract_snapshot(loaded)
+    >>> table = drift_table(pre, perturb_snapshot(pre, 0.1), DriftSettings(maxdim=0), n_jobs=1, cache=DriftCache(None))
+    >>> card = build_profile(table, ModelIdentity.from_snapshot(pre), CardSettings(prior_task="sst2", count=2))
+    >>> rows = pd.DataFrame({"sentence": ["a fine film", "a dull mess", "warm", "flat"], "label": [1, 0, 1, 0]})
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     (Path(folder) / "sst2").mkdir()
+    ...     rows.to_csv(Path(folder) / "sst2" / "train.tsv", sep="\t", index=False)
+    ...     settings = TransferCheckSettings(n_rows=4, batch_size=4, max_length=16)
+    ...     result = transfer_check(loaded, card, "sst2", settings, data_source=folder)
+    >>> result.close, list(result.table.columns)
+    (True, ['pid', 'cosine', 'grad_prior', 'grad_target', 'in_card'])
+    >>> print(result.verdict)
+    sst2 -> sst2: likely transfers (median gradient cosine 1.00 over the card's matrices, 1.00 over all; ...)
     """
     from topotuner_lab.profiles.apply import check_card_fits
 
