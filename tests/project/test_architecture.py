@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
+import pkgutil
 import subprocess
 import sys
 import typing
 from dataclasses import replace
+from pathlib import Path
 from typing import Literal
 
 import pytest
 
+import topotuner_lab
 from topotuner_lab._io.config import Config, opt
 from topotuner_lab._io.errors import ParameterError, ProfileError
 from topotuner_lab.cli import build_parser
@@ -23,18 +27,76 @@ from topotuner_lab.lab.notebooks import NOTEBOOK_PRESETS, NotebookPreset
 from topotuner_lab.profiles.card import SCHEMA_VERSION, ProfileCard, migrate
 from topotuner_lab.profiles.select import CardSettings
 from topotuner_lab.study.presets import PRESETS, Preset
-from topotuner_lab.topology.persistence import PersistenceSettings
-from topotuner_lab.training.config import FinetuneConfig, Method
+from topotuner_lab.training.config import Method
 from topotuner_lab.weights.snapshot import PerturbSettings
 
-SETTINGS = [PersistenceSettings, DriftSettings, PerturbSettings, FinetuneConfig, NotebookPreset, Preset]
+
+def _reraise(name: str) -> None:
+    """``walk_packages``' error hook: a package that fails to import fails the collection (by default it is skipped)."""
+    raise  # called inside walk_packages' ``except`` block: re-raises the import error itself
+
+
+def _settings_classes() -> list[type[Config]]:
+    """Every :class:`Config` subclass, at any depth, that a module of the package defines at its top level.
+
+    Every module is imported, none skipped: a module that fails to import fails the collection. ``lab.plots``,
+    ``lab.widgets`` and ``lab.explorer`` need the ``lab`` extra (plotly's widgets, ipywidgets), which the ``dev``
+    install the tests run under holds. ``cli.__main__`` alone is not imported: importing it runs the CLI (it is
+    ``python -m topotuner_lab.cli``), and it defines nothing. Classes defined elsewhere (in a test, in a doctest's
+    namespace) are not the package's and are left out.
+    """
+    for module in pkgutil.walk_packages(topotuner_lab.__path__, "topotuner_lab.", onerror=_reraise):
+        if module.name != "topotuner_lab.cli.__main__":
+            importlib.import_module(module.name)
+    found: set[type[Config]] = set()
+    todo = [Config]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in found:
+                found.add(sub)
+                todo.append(sub)
+    own = [c for c in found if getattr(sys.modules.get(c.__module__), c.__qualname__, None) is c]
+    return sorted((c for c in own if c.__module__.startswith("topotuner_lab.")), key=lambda c: c.__qualname__)
+
+
+SETTINGS = _settings_classes()
+#: the settings classes the package had when the list was made automatic: each must still be found
+KNOWN = {
+    "CardSettings", "DriftSettings", "FinetuneConfig", "ModelIdentity", "NotebookPreset", "PersistenceSettings",
+    "PerturbSettings", "Preset", "ProfileCard", "SandboxLimits", "TaskSpec", "TransferCheckSettings",
+}  # fmt: skip
+_CARD = json.loads((Path(__file__).parents[1] / "golden" / "tiny" / "sst2-high-drift-0.05.json").read_text())
+#: the fields of one valid instance of each settings class that has required fields (the others: their defaults)
+EXAMPLES = {
+    "CardSettings": {"prior_task": "sst2", "count": 2},
+    "ModelIdentity": _CARD["model"],
+    "ProfileCard": _CARD,
+    "TaskSpec": {
+        "task": "reviews",
+        "output_type": "multiple_choice",
+        "doc_to_text": "Review: {{text}}\nSentiment:",
+        "doc_to_target": "label",
+        "doc_to_choice": ["negative", "positive"],
+        "data_files": {"train": "train.csv", "test": "test.csv"},
+    },
+}
+
+
+def test_every_module_is_imported_and_every_settings_class_found() -> None:
+    names = [c.__name__ for c in SETTINGS]
+    assert len(SETTINGS) >= len(KNOWN) and KNOWN <= set(names), f"found only {sorted(names)}"
+    assert len(set(names)) == len(names), "two settings classes of one name: keep their EXAMPLES apart"
 
 
 @pytest.mark.parametrize("config", SETTINGS, ids=lambda c: c.__name__)
 def test_every_settings_class_is_frozen_documented_and_round_trips(config: type[Config]) -> None:
-    instance = config()
+    assert config.__doc__ and not config.__doc__.startswith(f"{config.__name__}("), "a docstring, not dataclass's"
     assert dataclasses.is_dataclass(config) and config.__dataclass_params__.frozen  # type: ignore[attr-defined]
-    assert all(f.metadata.get("help") for f in dataclasses.fields(instance)), "every field says what it is"
+    assert all(f.metadata.get("help") for f in dataclasses.fields(config)), "every field says what it is"
+    try:
+        instance = config.from_dict(EXAMPLES[config.__name__]) if config.__name__ in EXAMPLES else config()
+    except TypeError as error:
+        pytest.fail(f"{config.__name__} has required fields ({error}): add a valid instance's fields to EXAMPLES")
     again = config.from_dict(json.loads(json.dumps(instance.to_dict())))
     assert again == instance
 
