@@ -35,9 +35,9 @@ measured while other jobs loaded the machine, which slows one-row generation mos
 noisy: read medians and ratios, not single times.
 
 Correctness beside speed: the scorers are checked against lm-evaluation-harness 0.4.13 in the test suite
-(`tests/test_lm_eval_agreement.py`, same SmolLM2 and rows): BoolQ label likelihood, 24 rows, every decision identical
-(log-probabilities within 1e-5, tolerance 1e-3); GSM8K greedy generation, 8 rows, identical answers string for string
-(exact equality); final-number extraction identical on all 1,319 GSM8K references.
+(`tests/training/test_lm_eval_agreement.py`, same SmolLM2 and rows): BoolQ label likelihood, 24 rows, every decision
+identical (log-probabilities within 1e-5, tolerance 1e-3); GSM8K greedy generation, 8 rows, identical answers string
+for string (exact equality); final-number extraction identical on all 1,319 GSM8K references.
 """
 
 

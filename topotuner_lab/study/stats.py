@@ -105,9 +105,9 @@ def two_way_bootstrap(
 ) -> Interval:
     """mean(a) - mean(b) over (seeds, examples) with a percentile interval from :func:`two_way_draws`.
 
-    With few seeds the percentile interval undercovers: on synthetic data with training noise (tests/test_stats.py)
-    a nominal 95% interval covered the true difference 86% of the time with 5 seeds and 93% with 20, against ~20%
-    for the interval that resamples examples alone (:func:`paired_bootstrap`).
+    With few seeds the percentile interval undercovers: on synthetic data with training noise
+    (tests/study/test_stats.py) a nominal 95% interval covered the true difference 86% of the time with 5 seeds and
+    93% with 20, against ~20% for the interval that resamples examples alone (:func:`paired_bootstrap`).
     """
     draws = two_way_draws(a, b, n_boot=n_boot, seed=seed)
     interval = percentile_interval(
