@@ -12,7 +12,7 @@ from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import CardSettings, build_profile, kind_composition
 from topotuner_lab.study.cards import CardKey, _kind_matched_cards
-from topotuner_lab.study.plan import RunKey, RunSpec, arms, run_owner
+from topotuner_lab.study.plan import RunKey, RunSpec, arms, plan, run_owner
 from topotuner_lab.study.presets import Preset
 from topotuner_lab.study.protocol import config_for
 from topotuner_lab.study.workspace import WorkDir
@@ -85,3 +85,17 @@ def test_the_papers_lora_and_spectrum_are_arms_shared_by_every_prior(tmp_path):
 def test_grid_fields_are_checked(change, message):
     with pytest.raises(ParameterError, match=message):
         Preset(**{**GRID, **change})
+
+
+def test_side_arms_run_only_their_seeds_and_the_claims_arms_run_every_seed():
+    preset = Preset(**{**GRID, "strategies": ("high-drift", "low-drift", "random", "snr")}, seeds=(0, 1, 2, 3))
+    capped = Preset.from_dict({**preset.to_dict(), "side_arm_seeds": 2})
+    seeds_of = lambda p: {  # noqa: E731
+        key: sorted({s.seed for s in plan(p) if s.key == key and s.role == "chosen"}) for key in arms(p)
+    }
+    every, side = seeds_of(preset), seeds_of(capped)
+    assert all(seeds == [1, 2, 3] for seeds in every.values())  # seed 0 sweeps the rates
+    sequential = {key.name for key in arms(capped) if key.sequential}
+    assert sequential == {"full", *(f"profile:{s}@0.01" for s in ("high-drift", "low-drift", "random"))}
+    for key, seeds in side.items():
+        assert seeds == ([1, 2, 3] if key.name in sequential else [1]), key.name

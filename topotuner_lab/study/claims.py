@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike
 
 from topotuner_lab._io.errors import ParameterError, TaskError
 from topotuner_lab.study.claim_ids import ClaimId
-from topotuner_lab.study.plan import DEFAULT_RECIPE, PAPER_LORA, RunKey, with_key_columns
+from topotuner_lab.study.plan import CONTROLS, DEFAULT_RECIPE, PAPER_LORA, TOPOLOGY, RunKey, with_key_columns
 from topotuner_lab.study.power import Design, size_to_decide, two_sided_z
 from topotuner_lab.study.presets import DEFAULT_MARGIN_SHARE, Preset
 from topotuner_lab.study.stats import (
@@ -52,9 +52,6 @@ FASTER_THAN_FULL = 0.8
 FASTER_THAN_LORA = 1.0
 #: "often stops after 2-3 of 6 epochs": more than this share of the card runs stop by half the budget
 EARLY_STOP_SHARE = 0.5
-
-TOPOLOGY = ("high-drift", "low-drift")
-CONTROLS = ("random", "magnitude")
 
 
 @dataclass(frozen=True)

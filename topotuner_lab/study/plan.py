@@ -27,6 +27,9 @@ Role = Literal["sweep", "chosen", "constant"]
 KEY_COLUMNS: tuple[str, ...] = ("method", "strategy", "budget", "schedule", "recipe")
 #: the drift recipe of a card arm unless the preset names another (cards of other recipes are labelled with it)
 DEFAULT_RECIPE = "default"
+#: the card strategies the thesis compares, and the controls topology must beat (study.claims)
+TOPOLOGY: tuple[str, ...] = ("high-drift", "low-drift")
+CONTROLS: tuple[str, ...] = ("random", "magnitude")
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,16 @@ class RunKey:
         recipe = "" if self.recipe == DEFAULT_RECIPE else f"[{self.recipe}]"
         budget = "" if self.budget is None else f"@{self.budget:g}"
         return head + recipe + budget + ("" if self.schedule == "linear" else f"+{self.schedule}")
+
+    @property
+    def sequential(self) -> bool:
+        """Whether the thesis and control claims (judged at each look) read this arm.
+
+        They read the default recipe's topology and control cards, and full FT, whose gain sets their margins.
+        """
+        if self.method == "full":
+            return True
+        return self.method == "profile" and self.recipe == DEFAULT_RECIPE and self.strategy in (*TOPOLOGY, *CONTROLS)
 
     @property
     def family(self) -> Method:
@@ -127,7 +140,10 @@ def transfers(preset: Preset) -> list[tuple[str, str]]:
 
 
 def plan(preset: Preset) -> list[RunSpec]:
-    """Every fine-tune of the comparison, in the order they run (an arm's sweep runs are contiguous, seeds inner)."""
+    """Every fine-tune of the comparison, in the order they run (an arm's sweep runs are contiguous, seeds inner).
+
+    With ``side_arm_seeds`` the arms no sequential claim reads (:attr:`RunKey.sequential`) run only that many seeds.
+    """
     specs: list[RunSpec] = []
     for prior, target in transfers(preset) if preset.sweep_seeds else []:
         for key in arms(preset):
@@ -136,6 +152,8 @@ def plan(preset: Preset) -> list[RunSpec]:
     for index, seed in enumerate(preset.seeds):
         for prior, target in transfers(preset):
             for key in arms(preset):
+                if 0 < preset.side_arm_seeds <= index and not key.sequential:
+                    continue
                 if index == 0 and not preset.sweep_seeds:
                     specs += [RunSpec(prior, target, seed, key, "sweep", lr) for lr in preset.lr_grid[key.family]]
                 else:

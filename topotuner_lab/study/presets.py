@@ -165,6 +165,13 @@ class Preset(Config):
         "that all looks together err at 5%; empty: one look at every seed",
         check=Check(lambda v: isinstance(v, tuple) and all(POSITIVE_INT(b) for b in v), "seed counts >= 1 (or none)"),
     )
+    side_arm_seeds: int = opt(
+        0,
+        "the arms that neither the thesis nor the control claims read (LoRA, Spectrum, SNR, relative change, further "
+        "drift recipes) run only the first N seeds, and the claims about them are judged on those; the seeds go to "
+        "the claims that need them (0: every arm runs every seed)",
+        check=NON_NEGATIVE_INT,
+    )
     claim_measure: str = opt(
         "accuracy",
         "what the target-score claims compare per test example: accuracy (the task metric) or logprob (the gold "
