@@ -27,7 +27,8 @@ NO_STOP_TOKENS = 32
 
 
 def main() -> None:
-    from topotuner_lab.tasks.specs import get_task, load_task
+    from topotuner_lab.tasks.loading import load_task
+    from topotuner_lab.tasks.registry import get_task
     from topotuner_lab.training.generation import generate
     from topotuner_lab.weights.models import load_model
 

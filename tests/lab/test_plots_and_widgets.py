@@ -22,7 +22,7 @@ from topotuner_lab.profiles.apply import identity_of
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.profiles.select import CardSettings, build_profile
 from topotuner_lab.study.workspace import WorkDir
-from topotuner_lab.tasks.specs import TASKS
+from topotuner_lab.tasks.registry import TASKS
 from topotuner_lab.topology.persistence import diagrams
 from topotuner_lab.training.transfer import CLOSE, TransferCheck
 from topotuner_lab.weights.snapshot import perturb_snapshot, save_snapshot

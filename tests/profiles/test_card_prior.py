@@ -16,7 +16,7 @@ from topotuner_lab._io.errors import ProfileError
 from topotuner_lab.cli import main
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.profiles.prior import BUILTIN_SPECS, prior_record, resolve_prior, spec_hash
-from topotuner_lab.tasks.specs import BUILTIN_DIR
+from topotuner_lab.tasks.registry import BUILTIN_DIR
 from topotuner_lab.training.transfer import TransferCheckSettings, transfer_check
 
 SPEC = """task: my-reviews

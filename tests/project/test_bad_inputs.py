@@ -524,7 +524,7 @@ def test_malformed_data_files_are_one_line_errors(capsys, tmp_path, data_folder,
 )
 def test_malformed_jsonl_files_are_task_errors(data_folder, content, message):
     from topotuner_lab._io.errors import TaskError
-    from topotuner_lab.tasks.specs import load_task
+    from topotuner_lab.tasks.loading import load_task
 
     (data_folder / "gsm8k" / "test.jsonl").write_bytes(content)
     with pytest.raises(TaskError, match="test.jsonl") as info:

@@ -21,7 +21,7 @@ from topotuner_lab.study.claims import claim_results
 from topotuner_lab.study.presets import Preset, read_preset
 from topotuner_lab.study.stats import bootstrap_ratio
 from topotuner_lab.tasks.metrics import OUTPUT_TYPES, REGISTRY, metric_names, register_metric
-from topotuner_lab.tasks.specs import TASKS
+from topotuner_lab.tasks.registry import TASKS
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -111,7 +111,7 @@ def counted(path, *args, **kwargs):
 
 yaml_files.read_yaml = counted
 import topotuner_lab, topotuner_lab.cli, topotuner_lab.training.config
-from topotuner_lab.tasks.specs import TASKS, get_task
+from topotuner_lab.tasks.registry import TASKS, get_task
 
 names = list(TASKS)
 assert reads == [], reads

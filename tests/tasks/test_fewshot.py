@@ -15,7 +15,8 @@ import pytest
 from topotuner_lab._io.errors import ParameterError, TaskError
 from topotuner_lab.cli import main
 from topotuner_lab.tasks.fewshot import FEWSHOT_SEED, fewshot_count, with_fewshot
-from topotuner_lab.tasks.specs import load_task, read_spec
+from topotuner_lab.tasks.loading import load_task
+from topotuner_lab.tasks.registry import read_spec
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import load_run_data
 

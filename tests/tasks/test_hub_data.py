@@ -11,7 +11,7 @@ import datasets
 import pytest
 
 from topotuner_lab.cli import main
-from topotuner_lab.tasks.specs import data_source_of, has_validation_split, load_task
+from topotuner_lab.tasks.loading import data_source_of, has_validation_split, load_task
 from topotuner_lab.training.results import load_results
 
 SENTIMENT = datasets.ClassLabel(names=["negative", "positive"])

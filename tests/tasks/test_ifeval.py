@@ -6,7 +6,7 @@ import pytest
 
 from topotuner_lab._io.errors import TaskError
 from topotuner_lab.tasks.ifeval import IFEVAL_METRICS, ifeval_follow, ifeval_scores, inst_level_micro
-from topotuner_lab.tasks.specs import data_dir
+from topotuner_lab.tasks.loading import data_dir
 
 
 def row(*instructions: tuple[str, dict], prompt: str = "Write something.") -> dict:

@@ -18,7 +18,8 @@ import torch
 
 from topotuner_lab._io.errors import TaskError
 from topotuner_lab.tasks.carve import carve
-from topotuner_lab.tasks.specs import TASKS, data_dir, get_task, load_task, read_spec
+from topotuner_lab.tasks.loading import data_dir, load_task
+from topotuner_lab.tasks.registry import TASKS, get_task, read_spec
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.evaluation import choice_metrics, encode_pair, option_logprobs
 from topotuner_lab.training.scoring import TaskScorer

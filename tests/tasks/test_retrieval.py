@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from topotuner_lab._io.errors import ParameterError, TaskError
+from topotuner_lab.tasks.loading import data_dir
 from topotuner_lab.tasks.retrieval import (
     BeirSplit,
     bm25_candidates,
@@ -11,7 +12,6 @@ from topotuner_lab.tasks.retrieval import (
     ranking_rows,
     read_beir,
 )
-from topotuner_lab.tasks.specs import data_dir
 from topotuner_lab.training.evaluation import continuation_logprobs
 from topotuner_lab.training.ranking import ranking_example_scores, rerank_scores
 from topotuner_lab.weights.models import build_tiny_model

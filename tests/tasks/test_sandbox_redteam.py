@@ -22,8 +22,8 @@ import pytest
 
 import topotuner_lab
 from tests.tasks.test_sandbox import _marked
+from topotuner_lab.tasks.loading import data_dir, load_task
 from topotuner_lab.tasks.sandbox import SandboxLimits, _memory_parent, isolation_problem, run_program
-from topotuner_lab.tasks.specs import data_dir, load_task
 from topotuner_lab.training.scoring import TaskScorer
 
 pytestmark = pytest.mark.skipif(

@@ -22,7 +22,9 @@ import pytest
 from topotuner_lab._io.errors import TaskError
 from topotuner_lab.drift.settings import read_recipe
 from topotuner_lab.study.presets import get_preset
-from topotuner_lab.tasks.specs import TaskSpec, get_task, has_validation_split, load_task
+from topotuner_lab.tasks.loading import has_validation_split, load_task
+from topotuner_lab.tasks.registry import get_task
+from topotuner_lab.tasks.schema import TaskSpec
 from topotuner_lab.tasks.templates import MAX_CHARS, TIME_LIMIT_S, evaluate, fields_of, render
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.finetune import run_finetune

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from topotuner_lab._io.errors import TaskError
-from topotuner_lab.tasks.specs import TASKS, load_task, read_spec
+from topotuner_lab.tasks.loading import load_task
+from topotuner_lab.tasks.registry import TASKS, read_spec
 from topotuner_lab.training.scoring import TaskScorer
 
 FAMILIES = ("squad", "dialogsum", "xsum", "alpaca", "ifeval", "mbpp", "humaneval")

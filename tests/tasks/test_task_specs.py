@@ -15,16 +15,9 @@ from pathlib import Path
 import pytest
 
 from topotuner_lab._io.errors import TaskError
-from topotuner_lab.tasks.specs import (
-    BUILTIN_DIR,
-    TASKS,
-    TaskSpec,
-    data_dir,
-    get_task,
-    has_validation_split,
-    load_task,
-    read_spec,
-)
+from topotuner_lab.tasks.loading import data_dir, has_validation_split, load_task
+from topotuner_lab.tasks.registry import BUILTIN_DIR, TASKS, get_task, read_spec
+from topotuner_lab.tasks.schema import TaskSpec
 from topotuner_lab.tasks.templates import fields_of, render
 
 

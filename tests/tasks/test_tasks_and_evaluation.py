@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from topotuner_lab._io.errors import TaskError
-from topotuner_lab.tasks.specs import final_number, load_task
+from topotuner_lab.tasks.loading import load_task
+from topotuner_lab.tasks.metrics import final_number
 from topotuner_lab.training.evaluation import classification_accuracy, continuation_logprobs, perplexity
 from topotuner_lab.weights.models import build_tiny_model
 

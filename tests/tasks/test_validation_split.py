@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from topotuner_lab.tasks.specs import has_validation_split, load_task
+from topotuner_lab.tasks.loading import has_validation_split, load_task
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import load_run_data
 

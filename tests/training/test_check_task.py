@@ -8,7 +8,7 @@ import re
 import pytest
 
 from topotuner_lab.cli import main
-from topotuner_lab.tasks.specs import load_task
+from topotuner_lab.tasks.loading import load_task
 from topotuner_lab.training.task_check import check_task, load_tokenizer
 
 ROWS = 48  # rows drawn per split: enough to see labels and lengths, quick on the large built-in splits

@@ -8,7 +8,7 @@ import pytest
 
 from topotuner_lab._io.errors import ParameterError
 from topotuner_lab.cli import main
-from topotuner_lab.tasks.specs import get_task
+from topotuner_lab.tasks.registry import get_task
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.evaluate import evaluate, mean_interval
 from topotuner_lab.training.results import load_results, results_checksum

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from topotuner_lab.tasks.specs import load_task
+from topotuner_lab.tasks.loading import load_task
 from topotuner_lab.training import generation
 from topotuner_lab.training.evaluation import model_device, pad_rows
 from topotuner_lab.training.generation import cut_at_stop, generate

@@ -32,7 +32,10 @@ import pytest
 import yaml
 
 from topotuner_lab.tasks.carve import carve
-from topotuner_lab.tasks.specs import TASKS, TaskSpec, data_dir, final_number, load_task
+from topotuner_lab.tasks.loading import data_dir, load_task
+from topotuner_lab.tasks.metrics import final_number
+from topotuner_lab.tasks.registry import TASKS
+from topotuner_lab.tasks.schema import TaskSpec
 from topotuner_lab.training import scoring
 from topotuner_lab.training.evaluation import encode, encode_pair
 from topotuner_lab.training.scoring import TaskScorer

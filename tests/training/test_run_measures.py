@@ -12,7 +12,7 @@ from transformers import TrainerControl, TrainerState
 
 import topotuner_lab.training.finetune as ft
 import topotuner_lab.training.scoring as scoring
-from topotuner_lab.tasks.specs import TASKS
+from topotuner_lab.tasks.registry import TASKS
 from topotuner_lab.training.callbacks import EpochEvaluation, at_epoch, evaluation_entry, per_epoch
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.evaluation import (

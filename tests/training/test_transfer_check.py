@@ -14,7 +14,7 @@ from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.profiles.card import ModelIdentity
 from topotuner_lab.profiles.select import CardSettings, build_profile
-from topotuner_lab.tasks.specs import load_task
+from topotuner_lab.tasks.loading import load_task
 from topotuner_lab.training.transfer import (
     TransferCheckSettings,
     compare_gradients,

@@ -34,7 +34,8 @@ from topotuner_lab.profiles.card import (
     ProfileCard,
 )
 from topotuner_lab.profiles.select import MIN_NOISE_DRAWS, CardSettings, build_profile
-from topotuner_lab.tasks.specs import TASKS, TaskSpec, get_task
+from topotuner_lab.tasks.registry import TASKS, get_task
+from topotuner_lab.tasks.schema import TaskSpec
 from topotuner_lab.topology.persistence import diagrams
 from topotuner_lab.weights.projections import parse_pid
 from topotuner_lab.weights.snapshot import Snapshot
@@ -132,9 +133,9 @@ def task_summary(spec: TaskSpec) -> str:
 
 
 class TaskPicker(Panel):
-    """A built-in task (:data:`~topotuner_lab.tasks.specs.TASKS`) from a dropdown, or a task spec file by its path.
+    """A built-in task (:data:`~topotuner_lab.tasks.registry.TASKS`) from a dropdown, or a task spec file by its path.
 
-    ``value`` is the chosen built-in name, or the typed path once :func:`~topotuner_lab.tasks.specs.get_task` reads
+    ``value`` is the chosen built-in name, or the typed path once :func:`~topotuner_lab.tasks.registry.get_task` reads
     it; a bad spec file shows its problem and fix and leaves ``value`` as it was. Choosing a built-in clears the path.
     """
 

@@ -9,7 +9,7 @@ folder or the built-in specs (a moved or renamed copy); else the recorded path w
 else a :class:`ProfileError` naming the spec, its hash and the fix. A card without ``prior_spec`` (older, or a prior
 that is no spec: the authors' orderings) is read as before: ``prior_task`` as typed.
 
-Built-in specs are read here as package data (``tasks/builtin``), not through ``tasks.specs``, which lies on a floor
+Built-in specs are read here as package data (``tasks/builtin``), not through ``tasks.registry``, which lies on a floor
 above this one.
 """
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BUILTIN_SPECS", "prior_record", "resolve_prior", "spec_hash"]
 
-#: the built-in task specs (package data; ``tasks.specs.BUILTIN_DIR``)
+#: the built-in task specs (package data; ``tasks.registry.BUILTIN_DIR``)
 BUILTIN_SPECS = Path(__file__).resolve().parent.parent / "tasks" / "builtin"
 #: the spec files a search by hash looks at in each folder
 _SPEC_GLOBS = ("*.yaml", "*.yml")
@@ -40,7 +40,7 @@ def spec_hash(path: str | os.PathLike[str]) -> str:
 
 
 def _builtin(task: str) -> Path | None:
-    """The built-in spec file of ``task`` where ``task`` is a built-in name (as ``tasks.specs.get_task`` reads it)."""
+    """The built-in spec file of ``task`` where it is a built-in name (as ``tasks.registry.get_task`` reads it)."""
     path = BUILTIN_SPECS / f"{task}.yaml"
     return path if "/" not in task and os.sep not in task and path.is_file() else None
 

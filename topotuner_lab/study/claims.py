@@ -42,7 +42,7 @@ from topotuner_lab.study.stats import (
     verdict,
 )
 from topotuner_lab.study.stopping import early_by, runs_to_decide_share, share_interval
-from topotuner_lab.tasks.specs import get_task
+from topotuner_lab.tasks.registry import get_task
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
 
 #: the non-inferiority margin where the runs recorded no zero-shot score to derive it from (runs of earlier versions)

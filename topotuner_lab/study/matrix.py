@@ -14,7 +14,7 @@ import pandas as pd
 from topotuner_lab._io.errors import TaskError
 from topotuner_lab.study.claims import recorded_metric, runs_at_chosen_rate
 from topotuner_lab.study.plan import DEFAULT_RECIPE
-from topotuner_lab.tasks.specs import get_task
+from topotuner_lab.tasks.registry import get_task
 
 #: the columns of :func:`transfer_matrix`
 MATRIX_COLUMNS: tuple[str, ...] = (

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from topotuner_lab._io.errors import TopoTunerError
-from topotuner_lab.tasks.specs import TASKS, get_task
+from topotuner_lab.tasks.registry import TASKS, get_task
 
 if TYPE_CHECKING:
     import pandas as pd

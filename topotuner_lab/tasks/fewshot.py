@@ -19,7 +19,9 @@ from typing import Any
 
 from topotuner_lab._io.config import is_int
 from topotuner_lab._io.errors import TaskError
-from topotuner_lab.tasks.specs import TaskSpec, get_task, load_task
+from topotuner_lab.tasks.loading import load_task
+from topotuner_lab.tasks.registry import get_task
+from topotuner_lab.tasks.schema import TaskSpec
 
 __all__ = ["FEWSHOT_POOL", "FEWSHOT_SEED", "fewshot_count", "fewshot_split", "with_fewshot"]
 

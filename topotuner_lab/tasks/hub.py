@@ -13,9 +13,10 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from topotuner_lab._io.errors import TaskError
+from topotuner_lab.tasks.schema import SPLITS
 
 if TYPE_CHECKING:
-    from topotuner_lab.tasks.specs import TaskSpec
+    from topotuner_lab.tasks.schema import TaskSpec
 
 __all__ = ["hub_name", "hub_where", "read_hub"]
 
@@ -54,8 +55,6 @@ def read_hub(spec: TaskSpec, split: str, offline: str = "") -> tuple[Any, str]:
         a failure names both sources); empty when the hub was asked for.
     """
     import datasets
-
-    from topotuner_lab.tasks.specs import SPLITS
 
     if spec.dataset_path is None:
         raise TaskError(

@@ -46,7 +46,7 @@ from topotuner_lab.tasks.templates import render
 if TYPE_CHECKING:
     import pandas as pd
 
-    from topotuner_lab.tasks.specs import TaskSpec
+    from topotuner_lab.tasks.schema import TaskSpec
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = set(string.punctuation)

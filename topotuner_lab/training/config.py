@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from topotuner_lab._io.config import NON_NEGATIVE_INT, OPEN_UNIT, POSITIVE_INT, Check, Config, is_int, opt, optional
-from topotuner_lab.tasks.specs import TASKS, get_task
+from topotuner_lab.tasks.registry import TASKS, get_task
 
 #: ``spectrum-top5``: Spectrum's top 5% of every weight type, the embeddings and the head (training.spectrum)
 Method = Literal["full", "lora", "profile", "spectrum-top5"]

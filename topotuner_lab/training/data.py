@@ -11,14 +11,9 @@ from typing import Any
 
 from topotuner_lab._io.errors import ParameterError, TaskError
 from topotuner_lab.tasks.fewshot import with_fewshot
-from topotuner_lab.tasks.specs import (
-    TaskSpec,
-    data_source_of,
-    get_task,
-    has_validation_split,
-    load_task,
-    training_spec,
-)
+from topotuner_lab.tasks.loading import data_source_of, has_validation_split, load_task
+from topotuner_lab.tasks.registry import get_task, training_spec
+from topotuner_lab.tasks.schema import TaskSpec
 from topotuner_lab.training.config import FinetuneConfig
 
 #: the out-of-domain task each task's forgetting is measured on; any other task (a spec file, boolq): sst2

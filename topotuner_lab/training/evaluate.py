@@ -25,8 +25,9 @@ import torch
 from topotuner_lab._io import atomic
 from topotuner_lab._io.errors import InputFileError, SnapshotMismatchError
 from topotuner_lab.tasks.fewshot import FEWSHOT_SEED, fewshot_count, fewshot_split, with_fewshot
+from topotuner_lab.tasks.loading import load_task
+from topotuner_lab.tasks.registry import get_task
 from topotuner_lab.tasks.sandbox import SandboxLimits
-from topotuner_lab.tasks.specs import get_task, load_task
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import EVAL_SEED, chat_framed
 from topotuner_lab.training.results import RunResults, example_lists, load_results, write_results

@@ -25,8 +25,8 @@ from transformers import TrainerCallback
 from topotuner_lab._io.errors import ProfileError, TopoTunerError
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.tasks.fewshot import fewshot_count
+from topotuner_lab.tasks.registry import training_spec
 from topotuner_lab.tasks.sandbox import SandboxLimits
-from topotuner_lab.tasks.specs import training_spec
 from topotuner_lab.training.callbacks import EpochClock, EpochEvaluation, EpochSnapshots, epoch_snapshot_path
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import RunData, capped_counts, chat_framed_data, load_run_data, used_counts

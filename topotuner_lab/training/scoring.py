@@ -22,8 +22,9 @@ import torch
 
 from topotuner_lab.tasks import metrics
 from topotuner_lab.tasks.metrics import ExampleScores, GenerationScore
+from topotuner_lab.tasks.registry import get_task
 from topotuner_lab.tasks.sandbox import SandboxLimits
-from topotuner_lab.tasks.specs import TaskSpec, get_task
+from topotuner_lab.tasks.schema import TaskSpec
 from topotuner_lab.tasks.templates import render
 from topotuner_lab.training.evaluation import choice_metrics, classification_scores, label_logloss
 from topotuner_lab.training.generation import generate

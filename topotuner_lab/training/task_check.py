@@ -1,6 +1,6 @@
 """A task before any training: its rows, labels, answer and token lengths, and every problem the loader would raise.
 
-:func:`check_task` reads each split of a task as a fine-tune reads it (:func:`~topotuner_lab.tasks.specs.load_task`)
+:func:`check_task` reads each split of a task as a fine-tune reads it (:func:`~topotuner_lab.tasks.loading.load_task`)
 and measures it with the model's tokenizer alone (no weights are loaded): rows per split, label balance and the
 majority baseline (classification), answer lengths (generation), prompt token percentiles and the share of prompts that
 ``max_length`` cuts, by the rules training and scoring apply (:func:`~topotuner_lab.training.evaluation.encode`),
@@ -20,7 +20,8 @@ import numpy as np
 from topotuner_lab._io.errors import ModelLoadError, TaskError
 from topotuner_lab._io.paths import model_cache_dir
 from topotuner_lab.tasks.fewshot import fewshot_count, with_fewshot
-from topotuner_lab.tasks.specs import get_task, has_validation_split, load_task, training_spec
+from topotuner_lab.tasks.loading import has_validation_split, load_task
+from topotuner_lab.tasks.registry import get_task, training_spec
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import chat_framed
 from topotuner_lab.training.evaluation import encode

@@ -27,7 +27,8 @@ from topotuner_lab._io.errors import ProfileError
 from topotuner_lab.drift.signals import join_signal
 from topotuner_lab.profiles.card import FIXED_RANKINGS, ProfileCard
 from topotuner_lab.profiles.prior import resolve_prior
-from topotuner_lab.tasks.specs import get_task, load_task
+from topotuner_lab.tasks.loading import load_task
+from topotuner_lab.tasks.registry import get_task
 from topotuner_lab.training.trainer import tokenize_for_training
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.models import LoadedModel

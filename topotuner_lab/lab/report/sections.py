@@ -33,7 +33,7 @@ from topotuner_lab.study.sequential import at_look
 from topotuner_lab.study.sizing import MIN_SEEDS, POWER, minutes_per_finetune, planned_seeds
 from topotuner_lab.study.stability import drift_over_seeds, noise_null_sentence, stability_sentence, stability_table
 from topotuner_lab.study.stopping import early_by, threshold_sweep
-from topotuner_lab.tasks.specs import get_task
+from topotuner_lab.tasks.registry import get_task
 from topotuner_lab.training.data import PPL_TASK, ood_battery
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
 from topotuner_lab.weights.projections import KINDS
