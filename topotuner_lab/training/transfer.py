@@ -234,7 +234,7 @@ def transfer_check(
         Where the tasks' rows come from: None for the offline copies, ``"hub"``, or a data folder laid out like
         ``shared/data``.
     card_path : str or os.PathLike, optional
-        Where the card was read from (its folder is searched for a prior spec given as a relative path).
+        Where the card was read from: its folder is searched for the prior task's spec when it moved.
 
     Returns
     -------
