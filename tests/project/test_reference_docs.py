@@ -24,15 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 #: the exports that follow published methods and say which (References)
 TOPOLOGY = {"diagrams", "wasserstein", "bottleneck", "PersistenceSettings", "drift_table", "noise_check"}
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
-#: exports whose docstring another piece of work owns, each with the reason its case is expected to fail until then
-PENDING: dict[str, str] = {}
-
-
-def _cases() -> list[object]:
-    return [
-        pytest.param(name, marks=pytest.mark.xfail(reason=PENDING[name], strict=True)) if name in PENDING else name
-        for name in topotuner_lab.__all__
-    ]
 
 
 def _export(name: str) -> object:
@@ -68,10 +59,10 @@ def documented_names(parameters: str) -> set[str]:
 
 def test_every_export_is_covered():
     assert sorted(topotuner_lab.__all__) == sorted(topotuner_lab._EXPORTS)
-    assert set(TOPOLOGY) | set(PENDING) <= set(topotuner_lab.__all__)
+    assert TOPOLOGY <= set(topotuner_lab.__all__)
 
 
-@pytest.mark.parametrize("name", _cases())
+@pytest.mark.parametrize("name", topotuner_lab.__all__)
 def test_export_docstring_has_its_sections_and_examples(name):
     obj = _export(name)
     doc = obj.__doc__ or ""  # the object's own docstring, not one inherited
@@ -85,7 +76,7 @@ def test_export_docstring_has_its_sections_and_examples(name):
         assert not undocumented, f"{name}'s Parameters section does not name the field(s) {undocumented}"
 
 
-@pytest.mark.parametrize("name", _cases())
+@pytest.mark.parametrize("name", topotuner_lab.__all__)
 def test_export_examples_pass_as_doctests(name):
     obj = _export(name)
     tests = doctest.DocTestFinder(recurse=False).find(obj, name, globs={})
@@ -119,8 +110,7 @@ def test_reference_page_has_every_export_with_its_signature_and_examples():
     assert sorted(parts) == sorted(topotuner_lab.__all__)
     for name, part in parts.items():
         assert f"```python\n{name}" in part, f"{name} has no signature on the page"
-        if name not in PENDING:
-            assert "```pycon\n>>> " in part, f"{name} has no example on the page"
+        assert "```pycon\n>>> " in part, f"{name} has no example on the page"
     assert "\n- `matrix` (array_like, shape (rows, cols)): A weight matrix" in parts["diagrams"]
     assert '\n1. U. Bauer, "Ripser: ' in parts["diagrams"]
 
