@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -23,7 +23,7 @@ from topotuner_lab._io.errors import ParameterError, TaskError
 from topotuner_lab.study.claim_ids import ClaimId
 from topotuner_lab.study.plan import CONTROLS, DEFAULT_RECIPE, PAPER_LORA, TOPOLOGY, RunKey, with_key_columns
 from topotuner_lab.study.power import Design, size_to_decide, two_sided_z
-from topotuner_lab.study.presets import DEFAULT_MARGIN_SHARE, Preset
+from topotuner_lab.study.presets import CLAIM_MEASURES, DEFAULT_MARGIN_SHARE, Preset
 from topotuner_lab.study.stats import (
     HELD,
     INCONCLUSIVE,
@@ -321,6 +321,22 @@ class ClaimRules:
 MEASURE_KEYS = {"accuracy": "test_correct", "logprob": "logprob"}
 
 
+def measure_values(read: Callable[[str, str], Any], run_dir: str, measure: str, *, before: bool = False) -> np.ndarray:
+    """A run's per-example test values of ``measure``: after fine-tuning, or zero-shot (``before``) on the same rows.
+
+    ``logprob`` is the gold label's log-probability (minus the recorded log-loss); a run that recorded no zero-shot
+    log-loss (older runs) raises ``KeyError``.
+    """
+    if measure == "accuracy":
+        return np.asarray(read(run_dir, "test_correct_before" if before else "test_correct"), dtype=float)
+    if measure != "logprob":
+        raise ValueError(f"unknown measure {measure!r}: one of {CLAIM_MEASURES}")
+    metrics = read(run_dir, "test_example_metrics_before" if before else "test_example_metrics")
+    if not metrics or "logloss" not in metrics:
+        raise KeyError(f"{run_dir} recorded no {'zero-shot ' if before else ''}log-loss per example")
+    return -np.asarray(metrics["logloss"], dtype=float)
+
+
 def paired_interval(a: ArrayLike, b: ArrayLike, seed_level: bool = False, level: float = LEVEL) -> Interval:
     """The two-way bootstrap interval of mean(a) - mean(b) at ``level``, widened to the seed-level one when asked."""
     interval = two_way_bootstrap(a, b, level=level)
@@ -344,7 +360,7 @@ def claim_results(
 
     def read(run_dir: str, key: str) -> Sequence[float]:
         if key == "logprob":
-            return [-x for x in cast(dict, correct(run_dir, "test_example_metrics"))["logloss"]]
+            return cast(list[float], measure_values(correct, run_dir, "logprob").tolist())
         values = correct(run_dir, key)
         if values is None:  # a probe the run switched off (n_ood 0, n_ppl 0): not recorded
             raise KeyError(key)

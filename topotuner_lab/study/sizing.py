@@ -20,18 +20,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from topotuner_lab.study.claims import runs_at_chosen_rate
+from topotuner_lab.study.claims import measure_values, runs_at_chosen_rate
 from topotuner_lab.study.plan import plan, run_owner
 from topotuner_lab.study.power import Z95, Design, variance_components
-from topotuner_lab.study.presets import DEFAULT_MARGIN_SHARE, Preset
+from topotuner_lab.study.presets import CLAIM_MEASURES, DEFAULT_MARGIN_SHARE, Preset
 
 #: the chance that a difference of 0 is decided (its interval inside the band) at the planned size
 POWER = 0.8
 #: the fewest seeds planned for a card-against-card claim: a seed-level t interval on fewer is too wide to use
 MIN_SEEDS = 10
-#: what each measure reads from a run's ``results.json``: after fine-tuning, and zero-shot on the same rows
-MEASURES = ("accuracy", "logprob")
-
 Reader = Callable[[str, str], Any]
 
 
@@ -57,22 +54,6 @@ class Size:
 def power_z(power: float = POWER) -> float:
     """The normal quantile that lands a zero difference inside the band with probability ``power`` (two-sided)."""
     return NormalDist().inv_cdf(0.5 + power / 2)
-
-
-def measure_values(read: Reader, run_dir: str, measure: str, *, before: bool = False) -> np.ndarray:
-    """A run's per-example test values of ``measure``: after fine-tuning, or zero-shot (``before``) on the same rows.
-
-    ``logprob`` is the gold label's log-probability (minus the recorded log-loss); a run that recorded no zero-shot
-    log-loss (older runs) raises ``KeyError``.
-    """
-    if measure == "accuracy":
-        return np.asarray(read(run_dir, "test_correct_before" if before else "test_correct"), dtype=float)
-    if measure != "logprob":
-        raise ValueError(f"unknown measure {measure!r}: one of {MEASURES}")
-    metrics = read(run_dir, "test_example_metrics_before" if before else "test_example_metrics")
-    if not metrics or "logloss" not in metrics:
-        raise KeyError(f"{run_dir} recorded no {'zero-shot ' if before else ''}log-loss per example")
-    return -np.asarray(metrics["logloss"], dtype=float)
 
 
 def gain(group: pd.DataFrame, read: Reader, measure: str) -> float:
@@ -123,7 +104,7 @@ def study_sizes(
     read: Reader,
     *,
     margin_share: float = DEFAULT_MARGIN_SHARE,
-    measures: Sequence[str] = MEASURES,
+    measures: Sequence[str] = CLAIM_MEASURES,
     power: float = POWER,
 ) -> pd.DataFrame:
     """One row (:class:`Size`) per target, measure and paired difference of a pilot's runs at the chosen rates.
