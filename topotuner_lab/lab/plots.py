@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import importlib
+import itertools
 import logging
 import os
 import shutil
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from topotuner_lab._io.atomic import atomic_path
@@ -251,6 +253,48 @@ def claims_forest(claims: pd.DataFrame, title: str = "Claims: estimate and 95% i
         margin=dict(l=20),
         legend_title_text="verdict",
     )
+    return fig
+
+
+def budget_curves_figure(
+    curves: pd.DataFrame, title: str = "Score against the share of the model trained"
+) -> go.Figure:
+    """One panel per target: each card strategy's score at every budget as a line, reference arms as points.
+
+    ``curves`` is :func:`~topotuner_lab.study.budget_curves.budget_curves`' table; the x axis is the trainable share
+    (Train.%, log scale), the error bars its interval. An interval that one seed leaves unbounded draws no bar.
+    """
+    targets = list(dict.fromkeys(curves["target"]))
+    fig = make_subplots(rows=1, cols=max(1, len(targets)), subplot_titles=targets)
+    palette = dict(zip(dict.fromkeys(curves["curve"]), itertools.cycle(qualitative.Plotly)))
+    for col, target in enumerate(targets, start=1):
+        for curve, points in curves[curves["target"] == target].groupby("curve", sort=False):
+            points = points.sort_values("share")
+            finite = np.isfinite(points["low"]) & np.isfinite(points["high"])
+            fig.add_trace(
+                go.Scatter(
+                    x=points["share"] * 100,
+                    y=points["score"],
+                    mode="lines+markers" if points["budget"].notna().all() and len(points) > 1 else "markers",
+                    name=str(curve),
+                    legendgroup=str(curve),
+                    showlegend=col == 1,
+                    marker=dict(size=8, color=palette[curve]),
+                    line=dict(color=palette[curve]),
+                    error_y=dict(
+                        type="data",
+                        symmetric=False,
+                        array=(points["high"] - points["score"]).where(finite),
+                        arrayminus=(points["score"] - points["low"]).where(finite),
+                    ),
+                    hovertemplate=f"{curve}<br>%{{x:.3g}}% trained<br>%{{y:.3f}}<extra>{target}</extra>",
+                ),
+                row=1,
+                col=col,
+            )
+        fig.update_xaxes(type="log", title_text="trainable share (Train.%, log)", row=1, col=col)
+    fig.update_yaxes(title_text="test score", row=1, col=1)
+    fig.update_layout(title=title, template="plotly_white", height=420, legend_title_text="arm")
     return fig
 
 
