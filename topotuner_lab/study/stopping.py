@@ -10,11 +10,16 @@ Two rules are replayed: the callback's own (normalized epoch-to-epoch drift belo
 and the authors' (``FDataLab/TopoTuner``, ``codes/utils/plot_topology_stopping_eta.py``: the first epoch t >= 2 whose
 mean H0 W1 distance from the pretrained weights is <= eta, :func:`eta_stop_epoch`), each over a grid of its
 thresholds (:func:`threshold_sweep` with ``rule``; :func:`eta_grid` spans the distances the runs recorded).
+
+:func:`compare_rules` sets both beside fixed-epoch stopping and validation-loss patience: each rule's parameter is
+calibrated on the sweep seeds' runs (:func:`calibrate`: the earliest average stop that keeps the validation score
+within a tolerance) and judged on the result seeds' runs (:func:`judge_rule`), from their stored per-epoch records.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -118,3 +123,112 @@ def threshold_sweep(
             }
         )
     return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """What one card run stored per epoch: the signals the stopping rules read and the scores that judge them.
+
+    Lists run over epochs 1..n: ``normalized`` epoch-to-epoch drift (the callback's rule), ``from_pretrained`` the
+    distance from the pretrained weights (the authors' eta rule; None where not recorded), ``val_logloss`` (the
+    patience rule), ``val_score`` (calibration reads it) and ``test_score`` (the judgement reads it).
+    """
+
+    normalized: Sequence[float]
+    from_pretrained: Sequence[float | None]
+    val_logloss: Sequence[float]
+    val_score: Sequence[float]
+    test_score: Sequence[float]
+
+
+def patience_stop_epoch(losses: Sequence[float], patience: float) -> int | None:
+    """Validation-loss patience: the first epoch by which the loss has not improved for ``patience`` epochs."""
+    best = 0
+    for epoch in range(1, len(losses)):
+        if losses[epoch] < losses[best]:
+            best = epoch
+        elif epoch - best >= patience:
+            return epoch + 1
+    return None
+
+
+#: each rule: what it reads from a run and the stop epoch it gives at a parameter (None: it never fires)
+RULES: dict[str, Callable[[EpochRecord, float], int | None]] = {
+    "normalized drift below a threshold": lambda r, t: stop_epoch_at(r.normalized, t),
+    "distance from pretrained <= eta": lambda r, eta: eta_stop_epoch(r.from_pretrained, eta),
+    "validation-loss patience": lambda r, p: patience_stop_epoch(r.val_logloss, p),
+    "fixed epoch": lambda r, k: int(k) if k < len(r.test_score) else None,
+}
+
+
+def rule_grid(rule: str, records: Sequence[EpochRecord], budget: int) -> tuple[float, ...]:
+    """The parameters a rule is calibrated over: the sweep's thresholds, eta over the recorded distances, epochs."""
+    if rule == "normalized drift below a threshold":
+        return SWEEP_THRESHOLDS
+    if rule == "distance from pretrained <= eta":
+        return eta_grid([r.from_pretrained for r in records])
+    return tuple(float(k) for k in range(1, budget))
+
+
+def _stops(records: Sequence[EpochRecord], rule: str, parameter: float) -> list[int]:
+    """Each run's stop epoch under ``rule`` at ``parameter``; a rule that never fires runs the whole budget."""
+    return [RULES[rule](r, parameter) or len(r.test_score) for r in records]
+
+
+def calibrate(records: Sequence[EpochRecord], rule: str, budget: int, tolerance: float) -> float | None:
+    """The parameter that stops earliest on average while losing at most ``tolerance`` validation score on average.
+
+    Calibrated on the sweep seeds' runs, so the judgement on the other seeds is out of sample. None: no parameter
+    keeps the score (the rule is then not used: those runs train the whole budget).
+    """
+    best: tuple[float, float] | None = None
+    for parameter in rule_grid(rule, records, budget):
+        stops = _stops(records, rule, parameter)
+        loss = np.mean([r.val_score[s - 1] - r.val_score[-1] for r, s in zip(records, stops)])
+        if loss >= -tolerance and (best is None or np.mean(stops) < best[1]):
+            best = (parameter, float(np.mean(stops)))
+    return None if best is None else best[0]
+
+
+def judge_rule(
+    records: Sequence[EpochRecord], rule: str, parameter: float | None, budget: int, level: float = 0.95
+) -> dict[str, object]:
+    """A calibrated rule on the result seeds: stop epochs, the share stopping early, the test score it costs.
+
+    The change is test score at the stop minus at the end, with a Student-t interval over the runs. ``at_minimum`` is
+    the share of runs that stop at the earliest epoch the rule allows: a rule that sits there says nothing about
+    when training has converged, so "stops early" counts only where it is not 1.
+    """
+    from scipy.stats import t as student_t
+
+    stops = _stops(records, rule, parameter) if parameter is not None else [len(r.test_score) for r in records]
+    changes = np.array([r.test_score[s - 1] - r.test_score[-1] for r, s in zip(records, stops)], dtype=float)
+    half = (
+        float(student_t.ppf((1 + level) / 2, changes.size - 1) * changes.std(ddof=1) / np.sqrt(changes.size))
+        if changes.size > 1
+        else float("inf")
+    )
+    earliest = 1 if rule in ("fixed epoch", "validation-loss patience") else EARLIEST_STOP
+    early = share_interval(sum(s <= early_by(budget) for s in stops), len(stops), level)
+    return {
+        "rule": rule,
+        "parameter": parameter,
+        "runs": len(records),
+        "mean_stop": float(np.mean(stops)) if stops else float("nan"),
+        "early_share": early.estimate,
+        "early_low": early.low,
+        "early_high": early.high,
+        "at_minimum": float(np.mean([s == earliest for s in stops])) if stops else float("nan"),
+        "change": float(changes.mean()) if changes.size else float("nan"),
+        "change_low": float(changes.mean()) - half if changes.size else float("nan"),
+        "change_high": float(changes.mean()) + half if changes.size else float("nan"),
+    }
+
+
+def compare_rules(
+    calibration: Sequence[EpochRecord], result: Sequence[EpochRecord], budget: int, tolerance: float
+) -> pd.DataFrame:
+    """Every rule calibrated on ``calibration`` (sweep seeds) within ``tolerance``, judged on ``result`` seeds."""
+    return pd.DataFrame(
+        [judge_rule(result, rule, calibrate(calibration, rule, budget, tolerance), budget) for rule in RULES]
+    )
