@@ -789,3 +789,29 @@ def test_markdown_tables_round_numbers_and_leave_missing_cells_blank():
     rows = _table_rows(markdown_table(table))
     assert rows == [["run", "strategy", "budget", "test_acc"], ["full", "", "", "0.862"],
                     ["profile:high-drift@0.01", "high-drift", "0.01", "0.8"]]  # fmt: skip
+
+
+def test_a_value_a_template_names_but_its_section_does_not_pass_fails_loudly():
+    import jinja2
+
+    from topotuner_lab.lab.report import prose
+
+    with pytest.raises(jinja2.UndefinedError, match="machine"):
+        prose.render("header", command="topotuner-lab report x")  # no machine: an error, never a blank
+
+
+def test_every_report_template_ships_as_package_data():
+    import fnmatch
+    from pathlib import Path
+
+    import tomllib
+
+    from topotuner_lab.lab.report import prose
+
+    package = Path(prose.__file__).parents[2]
+    shipped = tomllib.loads((package.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    templates = sorted((Path(prose.__file__).parent / "templates").iterdir())
+    assert templates
+    for path in templates:
+        name = path.relative_to(package).as_posix()
+        assert any(fnmatch.fnmatch(name, glob) for glob in shipped["topotuner_lab"]), f"{name} is not package data"

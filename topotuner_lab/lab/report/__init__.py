@@ -1,7 +1,7 @@
 """The Markdown report of a comparison (``docs/RESULTS.md``).
 
 Load what the comparison computed (:mod:`.inputs`), export its figures (:mod:`.figures`), render pure sections
-(:mod:`.sections`).
+(:mod:`.sections`, their prose in the templates of :mod:`.prose`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """The report's sections: pure functions from what a comparison computed (tables, claims, snapshots) to Markdown.
 
-Nothing here reads a file or starts a computation; :mod:`.inputs` loads, :mod:`.figures` exports figures.
+Each section computes its numbers, verdicts and table rows; its template (``templates/*.md.j2``, filled by
+:mod:`.prose`) holds the prose and lays them out. Nothing here reads a ledger file or starts a computation;
+:mod:`.inputs` loads, :mod:`.figures` exports figures.
 """
 
 from __future__ import annotations
