@@ -68,7 +68,7 @@ _EXPORTS: dict[str, str] = {
     "export_card": ".profiles.export",
     "upstream_card": ".profiles.upstream",
     "TopologicalEarlyStopping": ".training.early_stopping",
-    "FinetuneConfig": ".training.finetune",
+    "FinetuneConfig": ".training.config",
     "run_finetune": ".training.finetune",
     "transfer_check": ".training.transfer",
     "TopoTunerError": "._io.errors",

@@ -119,12 +119,12 @@ def test_finetune_writes_and_lists_a_snapshot_per_epoch(tiny_llama, tmp_path):
     )
     res = run_finetune(tiny_llama, cfg)
     listed = [str(out / "epoch-1.safetensors"), str(out / "epoch-2.safetensors")]
-    assert res["epochs_run"] == 2 and res["epoch_snapshots"] == listed
+    assert res.epochs_run == 2 and res.epoch_snapshots == listed
     assert json.loads((out / "results.json").read_text())["epoch_snapshots"] == listed
     assert not list(out.glob(".*.tmp*"))
     first, last = (load_snapshot(p) for p in listed)
     pre = extract_snapshot(tiny_llama)
-    assert last.weights_hash == load_snapshot(res["snapshot"]).weights_hash  # the last epoch is the final weights
+    assert last.weights_hash == load_snapshot(res.snapshot).weights_hash  # the last epoch is the final weights
     assert len({pre.weights_hash, first.weights_hash, last.weights_hash}) == 3
     assert first.base_model == last.base_model == "tiny-llama"
     assert FinetuneConfig().save_epoch_snapshots is False  # off unless asked

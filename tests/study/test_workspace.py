@@ -6,6 +6,7 @@ import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -30,7 +31,7 @@ from topotuner_lab.study.workspace import (
     snapshot_once,
 )
 from topotuner_lab.training.config import FinetuneConfig
-from topotuner_lab.training.finetune import stop_threshold_for
+from topotuner_lab.training.recipe import stop_threshold_for
 from topotuner_lab.training.results import load_results, write_results
 from topotuner_lab.training.trainer import resolve_lora_rank
 from topotuner_lab.weights.extract import extract_snapshot
@@ -368,7 +369,7 @@ def runs(monkeypatch):
             else:
                 results["lora_rank"] = resolve_lora_rank(loaded.model, cfg, card)
         write_results(out / "results.json", results)  # with its checksum, as a real run writes it
-        return results
+        return SimpleNamespace(to_dict=lambda: results)  # a FinetuneResult's dict view
 
     monkeypatch.setattr(finetune_mod, "run_finetune", fake)
     return calls

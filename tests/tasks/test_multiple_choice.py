@@ -207,9 +207,9 @@ def test_one_finetune_epoch_on_a_per_row_spec(commonsense, tiny_llama, tmp_path)
         learning_rate=1e-3,
     )
     res = run_finetune(tiny_llama, cfg)
-    assert res["epochs_run"] == 1 and res["metric"] == "acc" and res["log_history"]
-    assert set(res["test_metrics"]) == {"acc", "acc_norm"} and len(res["test_correct"]) == 4
-    assert 0.0 <= res["test_accuracy"] <= 1.0 and res["test_metrics"]["acc"] == res["test_accuracy"]
+    assert res.epochs_run == 1 and res.metric == "acc" and res.log_history
+    assert set(res.test_metrics) == {"acc", "acc_norm"} and len(res.test_correct) == 4
+    assert 0.0 <= res.test_accuracy <= 1.0 and res.test_metrics["acc"] == res.test_accuracy
 
 
 # ---- carving one file into splits

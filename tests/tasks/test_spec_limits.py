@@ -114,8 +114,8 @@ def test_a_train_task_chain_is_validated_on_the_last_tasks_metric(tiny_llama, tm
     start.write_text(f"task: start\n{choice}doc_to_choice: [nay, yea]\ntrain_task: {tmp_path / 'middle.yaml'}\n{files}")
     tiny = dict(epochs=1, n_train=8, n_val=8, n_test=4, n_ood=0, n_ppl=0, batch_size=8, max_length=24)
     res = run_finetune(tiny_llama, FinetuneConfig(method="full", task=str(start), output_dir=str(tmp_path), **tiny))
-    assert res["val_accuracy"] is not None and isinstance(res["val_logloss"], float)  # end's label words scored it
-    assert res["metric"] == "acc"  # start's own test rows, on its own metric
+    assert res.val_accuracy is not None and isinstance(res.val_logloss, float)  # end's label words scored it
+    assert res.metric == "acc"  # start's own test rows, on its own metric
 
 
 # ------------------------------------------------------------------------- every template checked on load

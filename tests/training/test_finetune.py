@@ -8,7 +8,8 @@ from topotuner_lab._io.errors import ParameterError, ProfileError, TaskError
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.evaluation import PerplexityProbe
-from topotuner_lab.training.finetune import run_finetune, stop_threshold_for
+from topotuner_lab.training.finetune import run_finetune
+from topotuner_lab.training.recipe import stop_threshold_for
 from topotuner_lab.training.trainer import lora_rank_for
 from topotuner_lab.weights.extract import extract_snapshot
 from topotuner_lab.weights.snapshot import load_snapshot
@@ -41,10 +42,10 @@ def test_full_finetune_writes_results_and_snapshot(tiny_llama, tmp_path):
         "seeds",
     ):
         assert key in on_disk, key
-    assert res["epochs_run"] == 2 and len(res["epoch_seconds"]) == 2
-    assert res["trainable_fraction"] == 1.0
+    assert res.epochs_run == 2 and len(res.epoch_seconds) == 2
+    assert res.trainable_fraction == 1.0
     assert on_disk["machine"].endswith(", no GPU") and "CPU cores" in on_disk["machine"]  # where it was timed
-    after = load_snapshot(res["snapshot"])
+    after = load_snapshot(res.snapshot)
     assert after.base_model == "tiny-llama"
     assert after.weights_hash != extract_snapshot(tiny_llama).weights_hash
     # the caller's model is left untouched
@@ -70,11 +71,11 @@ def test_profile_finetune_trains_only_the_card(tiny_llama, card_path, tmp_path):
         ),
     )
     card = json.loads(card_path.read_text())
-    assert res["trainable_params"] == card["trainable_params"]
+    assert res.trainable_params == card["trainable_params"]
     # the input card is never rewritten (two runs on one card must not race); the transfer is in the results
     assert card_path.read_bytes() == card_bytes
-    assert res["transferred_to"] == {"card": str(card_path), "prior_task": "sst2", "task": "agnews"}
-    after = load_snapshot(res["snapshot"])
+    assert res.transferred_to == {"card": str(card_path), "prior_task": "sst2", "task": "agnews"}
+    after = load_snapshot(res.snapshot)
     changed = {pid for pid in pre.matrices if not (pre.matrices[pid] == after.matrices[pid]).all()}
     assert changed == set(card["trainable"])
 
@@ -94,9 +95,9 @@ def test_lora_rank_matches_profile_budget(tiny_llama, card_path, tmp_path):
         ),
     )
     card = json.loads(card_path.read_text())
-    assert res["lora_rank"] == lora_rank_for(tiny_llama.model, card["trainable_params"])
-    per_rank = res["trainable_params"] / res["lora_rank"]
-    assert abs(res["trainable_params"] - card["trainable_params"]) <= per_rank / 2
+    assert res.lora_rank == lora_rank_for(tiny_llama.model, card["trainable_params"])
+    per_rank = res.trainable_params / res.lora_rank
+    assert abs(res.trainable_params - card["trainable_params"]) <= per_rank / 2
 
 
 @pytest.mark.slow
@@ -106,11 +107,11 @@ def test_run_resumes_from_its_checkpoint(tiny_llama, tmp_path):
     run_finetune(tiny_llama, cfg)
     assert len(list(out.glob("checkpoint-*"))) == 1
     more = run_finetune(tiny_llama, FinetuneConfig(**{**cfg.__dict__, "epochs": 2, "eval_each_epoch": True}))
-    assert more["resumed_from"].endswith("checkpoint-2")  # only the missing epoch ran ...
+    assert more.resumed_from.endswith("checkpoint-2")  # only the missing epoch ran ...
     assert (
-        more["epochs_run"] == 2 and len(more["epoch_seconds"]) == 2
+        more.epochs_run == 2 and len(more.epoch_seconds) == 2
     )  # ... and the first one's time came back with the checkpoint
-    assert len(more["epoch_test_accuracy"]) == 1  # evaluation was only asked for on the resumed run
+    assert len(more.epoch_test_accuracy) == 1  # evaluation was only asked for on the resumed run
 
 
 @pytest.mark.parametrize(
@@ -179,19 +180,20 @@ def test_profile_checkpoints_hold_only_the_trainable_tensors_and_resume(tiny_lla
     (checkpoint,) = out.glob("checkpoint-*")
     assert not (checkpoint / "model.safetensors").exists()  # not the whole model ...
     with safe_open(str(checkpoint / "trainable.safetensors"), framework="pt") as handle:
-        assert sorted(handle.keys()) == sorted(first["trainable_param_names"])  # ... only what trains
+        assert sorted(handle.keys()) == sorted(first.trainable_param_names)  # ... only what trains
     more = run_finetune(
         tiny_llama, FinetuneConfig(**{**cfg.__dict__, "epochs": 2, "keep_checkpoints": False, "save_snapshot": True})
     )
-    assert more["resumed_from"] == str(checkpoint) and more["epochs_run"] == 2
+    assert more.resumed_from == str(checkpoint) and more.epochs_run == 2
     assert not list(out.glob("checkpoint-*"))  # a finished run keeps none unless asked
-    pre, after = extract_snapshot(tiny_llama), load_snapshot(more["snapshot"])
+    pre, after = extract_snapshot(tiny_llama), load_snapshot(more.snapshot)
     changed = {pid for pid in pre.matrices if not (pre.matrices[pid] == after.matrices[pid]).all()}
     assert changed == set(json.loads(card_path.read_text())["trainable"])
 
 
 def test_pretrained_scores_are_computed_once_per_model_and_rows(tiny_llama, monkeypatch):
-    import topotuner_lab.training.finetune as ft
+    import topotuner_lab.training.baseline as baseline
+    from topotuner_lab.training.data import load_run_data
 
     calls = []
 
@@ -203,21 +205,33 @@ def test_pretrained_scores_are_computed_once_per_model_and_rows(tiny_llama, monk
             return {"acc": np.ones(len(rows), dtype=bool)}
 
     probe = PerplexityProbe(42.0, [3.5, 4.0], [10, 20])
-    monkeypatch.setattr(ft, "perplexity_probe", lambda *a, **k: probe)
+    monkeypatch.setattr(baseline, "perplexity_probe", lambda *a, **k: probe)
     cfg = FinetuneConfig(n_ood=3)
-    data = ft.load_run_data(cfg)
+    data = load_run_data(cfg)
     scorers = {data.ood_task: Scorer()}
-    first = ft._pretrained_scores(tiny_llama, cfg, data, scorers)
-    first["ppl_nll"].append(99.0)  # a caller changing its copy leaves the cached lists alone
-    again = ft._pretrained_scores(tiny_llama, FinetuneConfig(n_ood=3, seed=5, learning_rate=0.5), data, scorers)
-    assert {k: v for k, v in again.items() if k != "battery"} == {
-        "ood_accuracy": 1.0,
-        "perplexity": 42.0,
-        "ppl_nll": [3.5, 4.0],
-        "ppl_text_tokens": [10, 20],
-    }
-    assert again["battery"][data.ood_task]["acc"].tolist() == [True] * 3
+    first = baseline.pretrained_scores(tiny_llama, cfg, data, scorers)
+    again = baseline.pretrained_scores(tiny_llama, FinetuneConfig(n_ood=3, seed=5, learning_rate=0.5), data, scorers)
+    assert again is first and again.ood_accuracy == 1.0 and again.probe == probe
+    assert again.battery[data.ood_task]["acc"].tolist() == [True] * 3
     assert calls == [3]
     other_rows = FinetuneConfig(n_ood=2)
-    ft._pretrained_scores(tiny_llama, other_rows, ft.load_run_data(other_rows), scorers)
+    baseline.pretrained_scores(tiny_llama, other_rows, load_run_data(other_rows), scorers)
     assert calls == [3, 2]
+    without = FinetuneConfig(n_ood=0, n_ppl=0)  # nothing to score: no battery, no probe
+    none = baseline.pretrained_scores(tiny_llama, without, load_run_data(without), scorers)
+    assert none.battery == {} and none.ood_accuracy is None and none.probe is None and calls == [3, 2]
+
+
+def test_a_result_holds_every_results_field_and_writes_them_in_its_order():
+    """``FinetuneResult`` and ``RunResults`` name the same fields; ``to_dict`` leaves out only what a run lacks."""
+    from dataclasses import fields
+
+    from topotuner_lab.training.results import ABSENT_WHEN_NONE, FinetuneResult, RunResults
+
+    names = [f.name for f in fields(FinetuneResult)]
+    assert set(names) == set(RunResults.__annotations__) and ABSENT_WHEN_NONE <= set(names)
+    required = {f.name: None for f in fields(FinetuneResult) if f.name not in ABSENT_WHEN_NONE}
+    result = FinetuneResult(**required, lora_rank=4)
+    written = result.to_dict()
+    assert list(written) == [name for name in names if name in required or name == "lora_rank"]
+    assert written["lora_rank"] == 4 and written["stop_epoch"] is None  # None stays where a run has the field

@@ -94,7 +94,7 @@ def test_a_bf16_finetune_runs_on_cpu_and_records_its_precision(card, tmp_path) -
         res = run_finetune(loaded, cfg)
         on_disk = json.loads((tmp_path / precision / "results.json").read_text())
         assert on_disk["config"]["precision"] == precision and on_disk["epochs_run"] == 1
-        losses[precision] = res["log_history"][0]["loss"]
+        losses[precision] = res.log_history[0]["loss"]
     assert products["fp32"] == {torch.float32}
     assert products["bf16"] == {torch.float32, torch.bfloat16}  # scored in float32, trained under bf16 autocast
     assert losses["bf16"] != losses["fp32"] and losses["bf16"] == pytest.approx(losses["fp32"], rel=0.02)

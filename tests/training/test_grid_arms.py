@@ -170,9 +170,9 @@ def test_spectrum_top5_trains_its_picks_the_embeddings_and_the_head(deep_llama):
 def test_spectrum_top5_is_a_fine_tune_method(tiny_llama, tmp_path):
     res = run_finetune(tiny_llama, FinetuneConfig(method="spectrum-top5", output_dir=str(tmp_path / "s"), **TINY))
     # two layers: 5% of each per-layer type is no module, so the embeddings and the head train alone
-    assert sorted(res["trainable_param_names"]) == ["lm_head.weight", "model.embed_tokens.weight"]
-    assert res["trainable_params"] == 2 * 512 * 64 and res["spectrum"]["top_percent"] == 5
-    assert 0 < res["updated_fraction"] <= res["trainable_fraction"] < 1
+    assert sorted(res.trainable_param_names) == ["lm_head.weight", "model.embed_tokens.weight"]
+    assert res.trainable_params == 2 * 512 * 64 and res.spectrum["top_percent"] == 5
+    assert 0 < res.updated_fraction <= res.trainable_fraction < 1
 
 
 # --- Train.% and Upd.% --------------------------------------------------------------------------------------------
@@ -223,8 +223,8 @@ def test_every_method_records_train_and_upd(tiny_llama, card_path, tmp_path):
         assert {"updated_params", "updated_fraction", "update_rel_change"} <= set(on_disk), method
         assert on_disk["update_rel_change"] > 0, method
     embedding = 512 * 64 / count_parameters(tiny_llama.model)  # rows of tokens never seen get no gradient
-    assert runs["full"]["trainable_fraction"] == 1 and runs["full"]["updated_fraction"] > 1 - embedding
-    assert 0 < runs["profile"]["updated_fraction"] <= runs["profile"]["trainable_fraction"]
+    assert runs["full"].trainable_fraction == 1 and runs["full"].updated_fraction > 1 - embedding
+    assert 0 < runs["profile"].updated_fraction <= runs["profile"].trainable_fraction
     lora = runs["lora"]
     wrapped = sum(64 * 64 + 32 * 64 + 32 * 64 + 64 * 64 for _ in range(2))  # q, k, v, o of both layers
-    assert lora["trainable_fraction"] < lora["updated_fraction"] <= wrapped / count_parameters(tiny_llama.model)
+    assert lora.trainable_fraction < lora.updated_fraction <= wrapped / count_parameters(tiny_llama.model)

@@ -11,6 +11,7 @@ from datasets import Dataset
 from transformers import TrainerControl, TrainerState
 
 import topotuner_lab.training.finetune as ft
+import topotuner_lab.training.recipe as recipe
 import topotuner_lab.training.scoring as scoring
 from topotuner_lab.tasks.registry import TASKS
 from topotuner_lab.training.callbacks import EpochEvaluation, at_epoch, evaluation_entry, per_epoch
@@ -135,7 +136,7 @@ def test_a_deferred_last_epoch_is_left_to_the_finished_run(stopped_by):
 )
 def test_which_runs_evaluate_each_epoch(extra, evaluates):
     cfg = FinetuneConfig(**extra)
-    assert ft.evaluates_each_epoch(cfg, cfg.stop_threshold) is evaluates
+    assert recipe.evaluates_each_epoch(cfg, cfg.stop_threshold) is evaluates
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +154,13 @@ def observed_and_plain(tmp_path_factory):
         )
         with pytest.MonkeyPatch.context() as mp:
             if name == "undeferred":
-                mp.setattr(ft, "EpochEvaluation", lambda *a, **k: EpochEvaluation(*a, **{**k, "defer_final": False}))
-            runs[name] = ft.run_finetune(build_tiny_model("tiny-llama", seed=0), cfg)
+
+                class Undeferred(EpochEvaluation):  # scores the last epoch too, not left to the finished run
+                    def __init__(self, *args, **kwargs):
+                        super().__init__(*args, **{**kwargs, "defer_final": False})
+
+                mp.setattr(recipe, "EpochEvaluation", Undeferred)
+            runs[name] = ft.run_finetune(build_tiny_model("tiny-llama", seed=0), cfg).to_dict()  # as results.json
     return runs
 
 
@@ -270,17 +276,17 @@ def test_a_forgetting_battery_scores_each_task_on_its_own_metric_before_and_afte
         ood_tasks=("boolq", "squad"), save_checkpoints=False, output_dir=str(tmp_path / "run"),
     )  # fmt: skip
     res = ft.run_finetune(tiny_llama, cfg)
-    battery = res["ood_battery"]
-    assert list(battery) == ["boolq", "squad"] and res["ood_task"] == "boolq"
+    battery = res.ood_battery
+    assert list(battery) == ["boolq", "squad"] and res.ood_task == "boolq"
     assert battery["boolq"]["metric"] == "acc" and battery["squad"]["metric"] == "f1"
-    assert battery["boolq"]["correct_after"] == res["ood_correct_after"]  # the first task is the legacy ood fields
-    assert battery["boolq"]["after"] == pytest.approx(res["ood_accuracy_after"])
-    assert battery["boolq"]["before"] == pytest.approx(res["ood_accuracy_before"])
+    assert battery["boolq"]["correct_after"] == res.ood_correct_after  # the first task is the legacy ood fields
+    assert battery["boolq"]["after"] == pytest.approx(res.ood_accuracy_after)
+    assert battery["boolq"]["before"] == pytest.approx(res.ood_accuracy_before)
     assert all(len(b["correct_before"]) == len(b["correct_after"]) == 3 for b in battery.values())
     assert load_results(tmp_path / "run" / "results.json")["ood_battery"] == battery
-    assert len(res["test_correct_before"]) == len(res["test_correct"]) == 4  # zero-shot on the same test rows
-    assert res["test_accuracy_before"] == pytest.approx(sum(res["test_correct_before"]) / 4)
-    before = res["test_example_metrics_before"]  # every metric zero-shot, the log-loss a logprob claim's gain needs
-    assert set(before) == set(res["test_example_metrics"]) == {"acc", "logloss"}
-    assert before["acc"] == res["test_correct_before"] and len(before["logloss"]) == 4
+    assert len(res.test_correct_before) == len(res.test_correct) == 4  # zero-shot on the same test rows
+    assert res.test_accuracy_before == pytest.approx(sum(res.test_correct_before) / 4)
+    before = res.test_example_metrics_before  # every metric zero-shot, the log-loss a logprob claim's gain needs
+    assert set(before) == set(res.test_example_metrics) == {"acc", "logloss"}
+    assert before["acc"] == res.test_correct_before and len(before["logloss"]) == 4
     assert all(x > 0 for x in before["logloss"])

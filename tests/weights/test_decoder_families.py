@@ -171,8 +171,8 @@ def test_profile_finetune_changes_only_the_cards_matrices(name, models, cards, t
         ),
     )
     card = json.loads(cards[name].read_text())
-    assert res["trainable_params"] == card["trainable_params"]
-    after = load_snapshot(res["snapshot"])
+    assert res.trainable_params == card["trainable_params"]
+    after = load_snapshot(res.snapshot)
     assert after.architecture == ARCHITECTURES[name]
     changed = {pid for pid in pre.matrices if not np.array_equal(pre.matrices[pid], after.matrices[pid])}
     assert changed == set(card["trainable"])

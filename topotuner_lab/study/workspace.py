@@ -230,7 +230,7 @@ def _same_card(loaded: LoadedModel, done: RunResults, cfg: FinetuneConfig) -> bo
     not part of the question (a cloned ledger names it by another path).
     """
     from topotuner_lab.profiles.card import ProfileCard
-    from topotuner_lab.training.finetune import stop_threshold_for
+    from topotuner_lab.training.recipe import stop_threshold_for
     from topotuner_lab.training.trainer import resolve_lora_rank
 
     if cfg.profile is None:
@@ -265,7 +265,7 @@ def finetune_once(loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str],
             for checkpoint in out.glob("checkpoint-*"):
                 shutil.rmtree(checkpoint)
         log(f"run: {out}")
-        return run_finetune(loaded, cfg)
+        return run_finetune(loaded, cfg).to_dict()
 
     return reuse_or_compute(
         out / "results.json",

@@ -8,6 +8,7 @@ from topotuner_lab._io.lazy import lazy_exports
 _EXPORTS = {
     "FinetuneConfig": ".config",
     "run_finetune": ".finetune",
+    "FinetuneResult": ".results",
     "RunResults": ".results",
     "load_results": ".results",
     "TopologicalEarlyStopping": ".early_stopping",

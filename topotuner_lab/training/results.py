@@ -1,7 +1,8 @@
-"""What a finished fine-tune reports (:class:`RunResults`, written as ``results.json``) and how it is read back.
+"""What a finished fine-tune reports (:class:`FinetuneResult`, written as ``results.json``) and how it is read back.
 
-The file carries a checksum of its content; reading it back verifies it, so a hand-edited or damaged results file
-is never reused as if a run had produced it.
+A run returns a :class:`FinetuneResult`; ``results.json`` holds its :meth:`~FinetuneResult.to_dict`, read back as
+:class:`RunResults` (files of older versions lack fields added since). The file carries a checksum of its content;
+reading it back verifies it, so a hand-edited or damaged results file is never reused as if a run had produced it.
 """
 
 from __future__ import annotations
@@ -9,25 +10,21 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import numpy as np
-from transformers import Trainer
 
 from topotuner_lab._io import atomic
 from topotuner_lab._io.errors import InputFileError
 from topotuner_lab._io.json_files import json_digest, read_json
-from topotuner_lab.training.callbacks import EpochEvaluation, at_epoch, evaluation_entry, per_epoch
-from topotuner_lab.training.config import FinetuneConfig
-from topotuner_lab.training.data import RunData
-from topotuner_lab.training.early_stopping import TopologicalEarlyStopping
-from topotuner_lab.training.evaluation import accuracy, perplexity_probe
-from topotuner_lab.training.scoring import ExampleScores, per_example, primary_values
+from topotuner_lab.training.evaluation import accuracy
+from topotuner_lab.training.scoring import ExampleScores, per_example
 from topotuner_lab.training.spectrum import SpectrumRecord
-from topotuner_lab.training.updates import update_measures
-from topotuner_lab.weights.models import LoadedModel
-from topotuner_lab.weights.projections import count_parameters
+
+if TYPE_CHECKING:
+    from topotuner_lab.training.trainer import ProfileRecord
 
 
 class RunResults(TypedDict, total=False):
@@ -137,104 +134,134 @@ class RunResults(TypedDict, total=False):
     wall_seconds: float
 
 
+class ModelRecord(TypedDict):
+    """``results.json``'s ``model``: the pretrained model fine-tuned, and its parameter count."""
+
+    name: str
+    revision: str
+    total_params: int
+
+
+class BatteryRecord(TypedDict):
+    """A task of ``results.json``'s ``ood_battery``: its metric, mean score and per-example values, before and after."""
+
+    metric: str
+    before: float
+    after: float
+    correct_before: list[int] | list[float]
+    correct_after: list[int] | list[float]
+
+
+def battery_results(
+    before: Mapping[str, ExampleScores], after: Mapping[str, ExampleScores], metrics: Mapping[str, str]
+) -> dict[str, BatteryRecord]:
+    """``results.json``'s ``ood_battery``: per task its metric, mean score before and after, and per-example values."""
+    out: dict[str, BatteryRecord] = {}
+    for task, scores in after.items():
+        metric = metrics[task]
+        out[task] = {
+            "metric": metric,
+            "before": accuracy(before[task][metric]),
+            "after": accuracy(scores[metric]),
+            "correct_before": per_example(before[task][metric]),
+            "correct_after": per_example(scores[metric]),
+        }
+    return out
+
+
 def example_lists(scores: ExampleScores) -> dict[str, list[float]]:
     """Every metric's per-example values as plain float lists (what ``results.json`` stores)."""
     return {name: np.asarray(values, dtype=float).tolist() for name, values in scores.items()}
 
 
-def collect_results(
-    trainer: Trainer,
-    cfg: FinetuneConfig,
-    loaded: LoadedModel,
-    data: RunData,
-    score: Any,
-    ood_correct: np.ndarray | None,
-    before: dict[str, Any],
-    score_val: Any = None,
-    test_metrics: dict[str, np.ndarray] | None = None,
-) -> RunResults:
-    """Accuracy (train, validation, test), forgetting, time, what trained and moved, and early stopping of a run.
+#: the fields a run has only by its method (the first four) or by what it saved (the last three: ``snapshot`` and
+#: ``epoch_snapshots`` where asked, ``wall_seconds`` on the process that writes): None, and absent from the file,
+#: where it has none
+ABSENT_WHEN_NONE = frozenset(
+    {"trainable_param_names", "profile", "spectrum", "lora_rank", "snapshot", "epoch_snapshots", "wall_seconds"}
+)
 
-    ``ood_correct`` is the out-of-domain task's per-example score after training (the forgetting battery's first
-    task, scored once by the caller; None without a battery: ``n_ood`` 0). ``score_val(model, rows)`` -> (per-row
-    correctness, mean log-loss or None) scores the validation rows and a
-    sample of the training rows (the training task's metric: a ``train_task`` spec's own rows are only tested);
-    without it they get ``score`` and no log-loss. ``test_metrics``: the test rows' per-example metrics where the
-    caller scored them already (:meth:`TaskScorer.score_and_predict`, for the predictions); else scored here.
+
+@dataclass(frozen=True, kw_only=True)
+class FinetuneResult:
+    """One fine-tune's results, typed: what :func:`~topotuner_lab.training.finetune.run_finetune` returns.
+
+    Its fields are ``results.json``'s keys, in the file's order (:meth:`to_dict` gives the file's content);
+    :class:`RunResults` says what each holds. The fields of :data:`ABSENT_WHEN_NONE` are None where the run has
+    none of them, and then left out of the file.
     """
-    model, tokenizer = trainer.model, loaded.tokenizer
-    assert model is not None  # a Trainer is built with its model
-    model.eval()
-    history = trainer.state.log_history
-    epoch_seconds = per_epoch(history, "epoch_seconds")
-    test_metrics = test_metrics if test_metrics is not None else score.score_all(model, data.test)
-    test_correct = primary_values(test_metrics[score.metric])
-    stopper = next((c for c in trainer.callback_handler.callbacks if isinstance(c, TopologicalEarlyStopping)), None)
-    stop_epoch = stopper.stop_epoch if stopper else None
-    train_rows = data.train.select(range(min(len(data.train), cfg.n_test)))
-    train_scored = score_val(model, train_rows)[0] if score_val else score(model, train_rows)
-    val_correct, val_logloss = None, None
-    if data.val is not None:
-        val_correct, val_logloss = score_val(model, data.val) if score_val else (score(model, data.val), None)
-    evaluation = next((c for c in trainer.callback_handler.callbacks if isinstance(c, EpochEvaluation)), None)
-    last = int(round(trainer.state.epoch or 0))
-    if evaluation is not None and evaluation.defer_final and last and at_epoch(history, "test_accuracy", last) is None:
-        history = [*history, evaluation_entry(last, test_correct, val_correct, val_logloss)]  # the last epoch's
-    stop_correct = at_epoch(history, "test_correct", stop_epoch)
-    probe = perplexity_probe(model, tokenizer, data.general_text, max_length=cfg.max_length) if cfg.n_ppl else None
-    total = count_parameters(loaded.model)
-    trainable = count_parameters(model, trainable_only=True)
-    updates = update_measures(loaded.model, model)
-    results: RunResults = {
-        "config": cfg.to_dict(),
-        "model": {"name": loaded.name, "revision": loaded.revision, "total_params": total},
-        "method": cfg.method,
-        "task": cfg.task,
-        "learning_rate": trainer.args.learning_rate,
-        "trainable_params": trainable,
-        "trainable_fraction": trainable / total,
-        "updated_params": updates["updated_params"],
-        "updated_fraction": updates["updated_fraction"],
-        "update_rel_change": updates["update_rel_change"],
-        "epochs_run": len(epoch_seconds),
-        "stop_epoch": stop_epoch,
-        "drift_history": stopper.history if stopper else [],
-        "log_history": [h for h in history if "loss" in h],
-        "epoch_seconds": epoch_seconds,
-        "train_seconds": sum(epoch_seconds),
-        "seconds_per_epoch": sum(epoch_seconds) / max(1, len(epoch_seconds)),
-        "train_accuracy": accuracy(train_scored),
-        "val_accuracy": accuracy(val_correct) if val_correct is not None else None,
-        "val_logloss": val_logloss,
-        "val_source": data.val_source,
-        "data_sources": data.sources,
-        "metric": score.metric,
-        "test_accuracy": accuracy(test_correct),
-        "test_correct": per_example(test_correct),  # per test example, for paired bootstrap intervals
-        "test_metrics": {name: accuracy(values) for name, values in test_metrics.items() if name != "logloss"},
-        "test_example_metrics": example_lists(test_metrics),
-        "epoch_test_accuracy": per_epoch(history, "test_accuracy"),
-        "epoch_val_accuracy": per_epoch(history, "val_accuracy"),
-        "epoch_val_logloss": per_epoch(history, "val_logloss"),
-        "epoch_eval_seconds": per_epoch(history, "eval_seconds"),
-        "stop_epoch_test_correct": list(stop_correct) if stop_correct is not None else None,
-        "ood_task": data.ood_task,
-        "ood_accuracy_before": before["ood_accuracy"],
-        "ood_accuracy_after": accuracy(ood_correct) if ood_correct is not None else None,
-        "ood_correct_after": per_example(ood_correct) if ood_correct is not None else None,
-        "perplexity_before": before["perplexity"],
-        "perplexity_after": probe.perplexity if probe else None,
-        "ppl_nll_before": list(before["ppl_nll"]) if probe else None,
-        "ppl_nll_after": probe.text_nll if probe else None,
-        "ppl_text_tokens": probe.text_tokens if probe else None,
-        "seeds": {"train": cfg.seed, "data": cfg.data_seed},
-    }
-    results["train_test_gap"] = results["train_accuracy"] - results["test_accuracy"]
-    ood_before, ood_after = results["ood_accuracy_before"], results["ood_accuracy_after"]
-    results["forgetting_ood"] = ood_before - ood_after if ood_before is not None and ood_after is not None else None
-    ppl_before, ppl_after = results["perplexity_before"], results["perplexity_after"]
-    results["perplexity_change"] = ppl_after - ppl_before if ppl_before is not None and ppl_after is not None else None
-    return results
+
+    config: dict[str, Any]
+    model: ModelRecord
+    method: str
+    task: str
+    learning_rate: float
+    trainable_params: int
+    trainable_fraction: float
+    updated_params: int
+    updated_fraction: float
+    update_rel_change: float | None
+    epochs_run: int
+    stop_epoch: int | None
+    drift_history: list[dict[str, float | None]]
+    log_history: list[dict[str, Any]]
+    epoch_seconds: list[float]
+    train_seconds: float
+    seconds_per_epoch: float
+    train_accuracy: float
+    val_accuracy: float | None
+    val_logloss: float | None
+    val_source: str
+    data_sources: dict[str, str]
+    metric: str
+    test_accuracy: float
+    test_correct: list[int] | list[float]
+    test_metrics: dict[str, float]
+    test_example_metrics: dict[str, list[float]]
+    epoch_test_accuracy: list[float]
+    epoch_val_accuracy: list[float]
+    epoch_val_logloss: list[float]
+    epoch_eval_seconds: list[float]
+    stop_epoch_test_correct: list[int] | list[float] | None
+    ood_task: str
+    ood_accuracy_before: float | None
+    ood_accuracy_after: float | None
+    ood_correct_after: list[int] | list[float] | None
+    perplexity_before: float | None
+    perplexity_after: float | None
+    ppl_nll_before: list[float] | None
+    ppl_nll_after: list[float] | None
+    ppl_text_tokens: list[int] | None
+    seeds: dict[str, int]
+    train_test_gap: float
+    forgetting_ood: float | None
+    perplexity_change: float | None
+    ood_battery: dict[str, BatteryRecord] | None
+    test_accuracy_before: float
+    test_correct_before: list[int] | list[float]
+    test_example_metrics_before: dict[str, list[float]]
+    trainable_param_names: list[str] | None = None
+    profile: ProfileRecord | None = None
+    spectrum: SpectrumRecord | None = None
+    lora_rank: int | None = None
+    requested_counts: dict[str, int]
+    num_fewshot: int
+    resumed_from: str | None
+    stop_threshold: float | None
+    transferred_to: dict[str, str] | None
+    peak_rss_mib: float
+    rss_increase_mib: float
+    cuda_peak_allocated_mib: float | None
+    world_size: int
+    machine: str
+    snapshot: str | None = None
+    epoch_snapshots: list[str] | None = None
+    wall_seconds: float | None = None
+
+    def to_dict(self) -> RunResults:
+        """``results.json``'s content (less its checksum), a copy: every field in order, less those the run lacks."""
+        fields = asdict(self)
+        return cast(RunResults, {k: v for k, v in fields.items() if v is not None or k not in ABSENT_WHEN_NONE})
 
 
 #: the key of ``results.json`` that holds the checksum of everything else in it

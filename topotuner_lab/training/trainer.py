@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import torch
 from transformers import DataCollatorForSeq2Seq, Trainer, TrainerCallback, TrainingArguments, set_seed
@@ -20,7 +20,7 @@ from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.training.config import DEFAULT_LR, FinetuneConfig
 from topotuner_lab.training.data import RunData
 from topotuner_lab.training.evaluation import encode
-from topotuner_lab.training.spectrum import apply_spectrum
+from topotuner_lab.training.spectrum import SpectrumRecord, apply_spectrum
 from topotuner_lab.weights.models import LoadedModel
 from topotuner_lab.weights.projections import enumerate_projections, model_type
 
@@ -70,16 +70,38 @@ def resolve_lora_rank(model: torch.nn.Module, cfg: FinetuneConfig, card: Profile
     return rank
 
 
+class ProfileRecord(TypedDict):
+    """``results.json``'s ``profile``: the card a profile run trained, and what the card was checked by."""
+
+    strategy: str
+    prior_task: str
+    trainable: list[str]
+    checked_by: Literal["weights", "config"]
+
+
+class MethodSetup(TypedDict, total=False):
+    """What :func:`prepare_model` set up, as ``results.json`` records it: only the method's own fields are present.
+
+    ``trainable_param_names`` for a profile card (with ``profile``) and Spectrum (with ``spectrum``), ``lora_rank``
+    for LoRA; nothing for full fine-tuning.
+    """
+
+    trainable_param_names: list[str]
+    profile: ProfileRecord
+    spectrum: SpectrumRecord
+    lora_rank: int
+
+
 def prepare_model(
     loaded: LoadedModel, cfg: FinetuneConfig, card: ProfileCard | None
-) -> tuple[torch.nn.Module, dict[str, Any]]:
+) -> tuple[torch.nn.Module, MethodSetup]:
     """A trainable copy of the model for the method, and what was set up.
 
     LoRA adapters are initialized right after seeding with ``cfg.seed``, so a resumed comparison rebuilds them
     bit-identically whatever ran earlier in the process.
     """
     model = copy.deepcopy(loaded.model)
-    info: dict[str, Any] = {}
+    info: MethodSetup = {}
     if cfg.method == "full":
         for p in model.parameters():
             p.requires_grad_(True)
