@@ -108,10 +108,10 @@ def test_profile_builder_follows_controls(table, tiny_llama, tmp_path):
         set(builder.card.trainable) == set(per_point.nsmallest(3, "score").pid)
         and builder.card.normalization == "per-point"
     )
-    builder.mode.value = "percent"
-    builder.percent.value = 0.1  # below one matrix: the error is shown, no card
+    builder.mode.value = "fraction"
+    builder.fraction.value = 0.001  # below one matrix: the error is shown, no card
     assert builder.card is None and "below the smallest projection" in builder.error.value
-    builder.percent.value = 5.0
+    builder.fraction.value = 0.05
     files = builder.save()
     assert all(f.is_file() for f in files)
     assert ProfileCard.load(files[0]).trainable == builder.card.trainable

@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -158,9 +157,9 @@ def run_cli(capsys, *argv) -> tuple[int, str]:
 
 @pytest.mark.parametrize("rank", [100000, 33])
 def test_lora_rank_above_the_smallest_projection_is_refused(capsys, tmp_path, monkeypatch, rank):
-    import topotuner_lab.training.recipe as recipe
+    import topotuner_lab.training.finetune as finetune
 
-    monkeypatch.setattr(recipe, "load_run_data", lambda cfg: pytest.fail("data read before the rank was checked"))
+    monkeypatch.setattr(finetune, "load_run_data", lambda cfg: pytest.fail("data read before the rank was checked"))
     argv = ["finetune", "--model", "tiny-llama", "--method", "lora", "--lora-rank", rank, "-o", tmp_path / "run"]
     code, err = run_cli(capsys, *argv)
     assert code == 2 and f"lora_rank={rank} exceeds the largest useful rank 32" in err and "L0.k is 32x64" in err
@@ -229,7 +228,7 @@ def test_hand_edited_results_are_recomputed_not_reused(tmp_path, tiny_llama, mon
         calls.append(cfg)
         results = {"config": cfg.to_dict(), "test_accuracy": 0.5, "ppl_after": float("nan")}
         write_results(Path(cfg.output_dir) / "results.json", results)
-        return SimpleNamespace(to_dict=lambda: results)  # a FinetuneResult's dict view
+        return results
 
     monkeypatch.setattr(finetune_mod, "run_finetune", run)
     cfg = FinetuneConfig(output_dir=str(tmp_path / "run"))
@@ -344,7 +343,7 @@ def test_run_notebooks_refuses_outputs_in_the_source_tree(capsys, monkeypatch, n
         pytest.param("n_train", "-5", "n_train=-5 is not a whole number >= 1", id="n_train-negative"),
         pytest.param("epochs", "0", "epochs=0 is not a whole number >= 1", id="epochs-zero"),
         pytest.param("stop_threshold", "1.5", "stop_threshold=1.5 is not a number in (0, 1)", id="threshold"),
-        pytest.param("budget_pct", "-1", "budget_pct=-1.0 is not a positive finite number", id="budget"),
+        pytest.param("budget_fraction", "-1", "budget_fraction=-1.0 is not a number in (0, 1)", id="budget"),
     ],
 )
 def test_run_notebooks_checks_parameters_before_any_notebook_runs(

@@ -203,7 +203,7 @@ def test_profile_builder_runs_every_strategy_in_jupyterlab(tmp_path):
     params = next(i for i, c in enumerate(book.cells) if "parameters" in c.metadata.get("tags", []))
     book.cells[params].source = (
         f'model = "tiny-llama"\nwork_dir = "{tmp_path / "run" / "work"}"\nfigures_dir = "{tmp_path / "figs"}"\n'
-        'prior_task = "sst2"\nrecipe = "default"\nstrategy = "high-drift"\nbudget_pct = 5.0\nmetric_dim = 0\n'
+        'prior_task = "sst2"\nrecipe = "default"\nstrategy = "high-drift"\nbudget_fraction = 0.05\nhomology_dim = 0\n'
         'normalization = "per-point"\nstop_threshold = 0.9\nextra_prior_seeds = []'
     )
     with _lab_page(tmp_path, book) as (page, _log):

@@ -21,7 +21,7 @@ from topotuner_lab.cli.options import Parser
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``topotuner-lab`` parser: one sub-command per module of this package."""
-    parser = Parser(prog="topotuner-lab", description=__doc__.splitlines()[0])
+    parser = Parser(prog="topotuner-lab", description=__doc__.splitlines()[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in (snapshots, drift, profile, export, finetune, evaluate, transfer, check_task, study):
         command.register(sub)

@@ -136,8 +136,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--recipe",
         default="default",
         choices=tuple(RECIPES),
-        help="named settings: default, or reference (the authors' scripts: cosine rows, H0, W1, internal_p = inf); "
-        "options given beside it override its values (default: %(default)s)",
+        help="named settings: default, or reference (the authors' scripts: cosine distance between rows, H0, W1, "
+        "L-inf norm); options given beside it override its values (default: %(default)s)",
     )
     add_config_options(dr, DriftSettings, only_given=True)
     dr.add_argument(

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from topotuner_lab.profiles.export import FORMATS
 
     ex = sub.add_parser("export", help="write a card in the format a trainer reads")
-    ex.add_argument("card", help="profile card .json")
+    ex.add_argument("card", help="card .json (from `topotuner-lab profile`)")
     ex.add_argument(
         "--to",
         required=True,

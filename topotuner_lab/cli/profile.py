@@ -1,4 +1,4 @@
-"""``profile``: a profile card from a drift table (which projections train, and why), or from the authors' lists."""
+"""``profile``: a card from a drift table (which projections train, and why), or from the authors' lists."""
 
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def _upstream_card(args: argparse.Namespace) -> ProfileCard:
         "--gradient-task": args.gradient_task,
         "--total-params": args.total_params,
         "--count": args.count,
-        "--budget": args.fraction,
+        "--budget-fraction": args.fraction,
         "--per-kind": args.per_kind,
     }
     given = [name for name, value in inputs.items() if value is not None]
@@ -164,7 +164,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from topotuner_lab.profiles.select import CardSettings
     from topotuner_lab.profiles.upstream import SELECTORS, SOURCES, upstream_models
 
-    pr = sub.add_parser("profile", help="build a profile card from a drift table (or the authors' orderings)")
+    pr = sub.add_parser("profile", help="build a card (the matrices to train) from a drift table or the authors' lists")
     pr.add_argument("table", nargs="?", default=None, help="drift table (.parquet/.csv); none with --from-upstream")
     pr.add_argument(
         "--pretrained",

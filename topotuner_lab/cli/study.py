@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 from topotuner_lab._io.errors import ParameterError
 from topotuner_lab._io.outputs import check_output_dir, check_writable
 from topotuner_lab._io.yaml_files import summary
+from topotuner_lab.cli.options import add_deprecated, percent_as_fraction
+
+#: notebook parameters renamed, by earlier name: the new name and how an earlier value reads in its unit (one release)
+RENAMED_PARAMETERS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "budget_pct": ("budget_fraction", percent_as_fraction),
+    "metric_dim": ("homology_dim", str),
+}
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> None:
@@ -41,12 +50,30 @@ def _cmd_report(args: argparse.Namespace) -> None:
     print(f"wrote {report}")
 
 
+def notebook_overrides(pairs: list[tuple[str, str]]) -> dict[str, object]:
+    """``-p KEY VALUE`` pairs as overrides; an earlier parameter name becomes its new one, with a deprecation line."""
+    overrides: dict[str, object] = {}
+    for key, text in pairs:
+        if key not in RENAMED_PARAMETERS:
+            overrides[key] = text
+            continue
+        new, read = RENAMED_PARAMETERS[key]
+        value = read(text)
+        shown = f"{value:g}" if isinstance(value, float) else value
+        print(
+            f"warning: -p {key} is deprecated and will be removed in the next release: use -p {new} {shown}",
+            file=sys.stderr,
+        )
+        overrides[new] = value
+    return overrides
+
+
 def _cmd_run_notebooks(args: argparse.Namespace) -> None:
     from topotuner_lab.lab.notebooks import run_notebooks
 
     output = args.output or f"runs/notebooks-{args.preset}"
     check_output_dir(output, "output folder")
-    executed = run_notebooks(args.preset, output, dict(args.param or []))
+    executed = run_notebooks(args.preset, output, notebook_overrides(args.param or []))
     print(f"executed {len(executed)} notebooks into {output}/executed; figures in {output}/figures")
 
 
@@ -126,13 +153,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     rep.set_defaults(func=_cmd_report)
 
     nb = sub.add_parser("run-notebooks", help="execute the notebook series headlessly with papermill")
+    add_deprecated(nb, "--profile", "--preset", "preset", choices=tuple(NOTEBOOK_PRESETS))
     nb.add_argument(
         "--preset",
-        "--profile",  # the spelling of earlier versions
-        dest="preset",
         default="tiny",
         choices=tuple(NOTEBOOK_PRESETS),
-        help="notebook parameters: tiny (in-memory model, CI) or default (SmolLM2-135M) (default: %(default)s)",
+        help="notebook parameters: tiny (in-memory model, CI) or default (SmolLM2-135M) (default: %(default)s; "
+        "formerly --profile)",
     )
     nb.add_argument(
         "-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"), help="override a notebook parameter"

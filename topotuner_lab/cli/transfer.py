@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from topotuner_lab.training.transfer import TransferCheckSettings
 
     tc = sub.add_parser("transfer-check", help="before training: the card's prior vs a target task, gradient by matrix")
-    tc.add_argument("card", help="profile card .json (its prior task is the prior)")
+    tc.add_argument("card", help="card .json (its prior task is the prior)")
     tc.add_argument("--task", required=True, help="the target task the card would be transferred to")
     tc.add_argument("--model", default=None, help="the pretrained model the card was built for (default: embedded)")
     tc.add_argument("--data-source", default=None, help="'hub' or a data folder (default: the offline copies)")

@@ -109,8 +109,8 @@ class DriftSettings(Config):
     magnitude: bool = opt(True, "also the magnitude baselines (the magnitude control card needs them)")
     internal_p: float = opt(
         2.0,
-        "ground metric of the Wasserstein distance in the birth-death plane: 2 (Euclidean, persim) or inf (gudhi's "
-        "default, the authors' scripts)",
+        "the L-p norm the Wasserstein distance measures diagram points by (the birth-death plane): 2 (Euclidean, "
+        "persim) or inf (gudhi's default, the authors' scripts)",
         check=GROUND,
     )
     subsample: int | None = opt(

@@ -17,7 +17,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from topotuner_lab._io.config import OPEN_UNIT, POSITIVE, POSITIVE_INT, Check, Config, opt
+from topotuner_lab._io.config import OPEN_UNIT, POSITIVE_INT, Check, Config, opt
 from topotuner_lab._io.errors import InputFileError, ParameterError, TopoTunerError
 from topotuner_lab.drift.settings import RECIPES
 from topotuner_lab.training.early_stopping import DEFAULT_STOP_THRESHOLD
@@ -61,7 +61,9 @@ class NotebookPreset(Config):
     )
     max_length: int = opt(64, "tokens per example", check=POSITIVE_INT)
     batch_size: int = opt(8, "training batch size", check=POSITIVE_INT)
-    budget_pct: float = opt(1.0, "card budget in percent of the model", check=POSITIVE)
+    budget_fraction: float = opt(
+        0.01, "card budget as a fraction of the model's parameters (0.01 is 1%)", check=OPEN_UNIT
+    )
     stop_threshold: float = opt(DEFAULT_STOP_THRESHOLD, "early-stopping threshold", check=OPEN_UNIT)
     transfer_rows: int = opt(
         TransferCheckSettings().n_rows, "rows of each task in the transfer check before training", check=POSITIVE_INT
@@ -82,7 +84,7 @@ NOTEBOOK_PRESETS: dict[str, NotebookPreset] = {
         prior_lr=1e-3,
         max_length=48,
         batch_size=8,
-        budget_pct=5.0,
+        budget_fraction=0.05,
         stop_threshold=0.9,
         transfer_rows=8,
     ),

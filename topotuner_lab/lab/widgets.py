@@ -256,7 +256,7 @@ def selector_columns(
 
 
 def needed_columns(strategy: str) -> list[str]:
-    """The drift-table columns ``strategy`` ranks by besides the drift metric (none for high/low-drift and random)."""
+    """The drift-table columns ``strategy`` ranks by besides the drift column (none for high/low-drift and random)."""
     if strategy in FIXED_RANKINGS:
         return [FIXED_RANKINGS[strategy][0]]
     return [FIXED_RANKINGS["magnitude"][0]] if strategy in JOINT else []
@@ -295,25 +295,26 @@ def table_recipe(table: pd.DataFrame) -> str:
 
 
 def recipe_summary(name: str) -> str:
-    """One line on what a recipe measures (rows' distance, dimensions, orders, ground metric)."""
+    """One line on what a recipe measures (rows' distance, dimensions, orders, the norm of the birth-death plane)."""
     if name not in RECIPES:
         return f"drift settings: {name}"
     s = DriftSettings.recipe(name)
     dims = "H0" if s.maxdim == 0 else "H0 and H1"
     orders = ", ".join(f"W{p:g}" for p in s.orders) + (", bottleneck" if s.bottleneck else "")
-    return f"{name}: {s.metric} distance between rows, {dims}; {orders}; ground metric L{s.internal_p:g}"
+    return f"{name}: {s.metric} distance between rows, {dims}; {orders}; L{s.internal_p:g} norm between diagram points"
 
 
 class ProfileBuilder(Panel):
-    """A profile card built with widgets: drift recipe, strategy, budget (% or count), metric and homology dimension.
+    """A card built with widgets: drift recipe, strategy, budget, and the column it ranks by (H dim and measure).
 
-    The heatmap (coloured by the scores the strategy ranks by, the picks outlined) and the trainable-parameter count
-    follow every change; *Save* writes the card, its Markdown view and the Spectrum/axolotl YAML. Given a ``drift``
-    source, the *recipe* control picks the drift table (:data:`~topotuner_lab.drift.settings.RECIPES`: the lab's
-    ``default`` or the authors' ``reference``), computed or loaded when picked; the H dim and metric controls then
-    offer that table's measures. Without one the recipe shows the given table's and is fixed. The strategy control
-    offers the strategies whose columns the table has or ``selectors`` can add (:func:`selector_columns`, computed
-    when the strategy is picked). Every error shows in the ``error`` label; the figure is then cleared.
+    The budget is a fraction of the parameters (shown as percent text) or a count of matrices. The heatmap (coloured
+    by the scores the strategy ranks by, the picks outlined) and the trainable-parameter count follow every change;
+    *Save* writes the card, its Markdown view and the Spectrum/axolotl YAML. Given a ``drift`` source, the *recipe*
+    control picks the drift table (:data:`~topotuner_lab.drift.settings.RECIPES`: the lab's ``default`` or the
+    authors' ``reference``), computed or loaded when picked; the H dim and measure controls then offer that table's
+    measures. Without one the recipe shows the given table's and is fixed. The strategy control offers the strategies
+    whose columns the table has or ``selectors`` can add (:func:`selector_columns`, computed when the strategy is
+    picked). Every error shows in the ``error`` label; the figure is then cleared.
     """
 
     def __init__(
@@ -350,11 +351,18 @@ class ProfileBuilder(Panel):
         )
         self.recipe_info = w.HTML(f"<span style='color:#555'>{recipe_summary(current)}</span>")
         self.strategy = w.Dropdown(options=["high-drift"], value="high-drift", description="strategy")
-        self.mode = w.ToggleButtons(options=["percent", "count"], value="percent", description="budget in")
-        self.percent = w.FloatSlider(value=1.0, min=0.1, max=10.0, step=0.1, description="budget %")
+        self.mode = w.ToggleButtons(
+            options=[("fraction of parameters", "fraction"), ("matrices", "count")],
+            value="fraction",
+            description="budget",
+        )
+        # a fraction, as CardSettings, presets and cards take it; shown as percent text (0.01 reads 1.0%)
+        self.fraction = w.FloatSlider(
+            value=0.01, min=0.001, max=0.1, step=0.001, readout_format=".1%", description="fraction"
+        )
         self.count = w.IntSlider(value=4, min=1, max=len(table), description="matrices")
         self.dim = w.Dropdown(description="H dim")
-        self.order = w.Dropdown(description="metric")
+        self.order = w.Dropdown(description="measure")
         self.normalization = w.Dropdown(description="normalize")
         self._loaded = current
         self._configure()
@@ -370,7 +378,7 @@ class ProfileBuilder(Panel):
             [
                 w.HBox([self.recipe, self.recipe_info]),
                 w.HBox([self.strategy, self.mode]),
-                w.HBox([self.percent, self.count]),
+                w.HBox([self.fraction, self.count]),
                 w.HBox([self.dim, self.order, self.normalization]),
                 self.noise_status,
                 self.status,
@@ -380,7 +388,7 @@ class ProfileBuilder(Panel):
             ]
         )
         self.recipe.observe(lambda change: self.use_recipe(change.new), names="value")
-        for control in (self.strategy, self.mode, self.percent, self.count, self.dim, self.order, self.normalization):
+        for control in (self.strategy, self.mode, self.fraction, self.count, self.dim, self.order, self.normalization):
             control.observe(lambda _c: None if self._holding else self.refresh(), names="value")
         self._holding = False
         self.refresh()
@@ -420,7 +428,7 @@ class ProfileBuilder(Panel):
     def use_recipe(self, name: str) -> ProfileCard | None:
         """Switch to the drift table of recipe ``name`` (computed or loaded by the drift source) and rebuild the card.
 
-        The H dim and metric controls keep their values where the new table has them (the ``reference`` recipe is
+        The H dim and measure controls keep their values where the new table has them (the ``reference`` recipe is
         H0 with W1 only). A recipe that cannot be loaded shows its error and keeps the current table.
         """
         if self.drift is None:
@@ -451,8 +459,8 @@ class ProfileBuilder(Panel):
         return self.refresh()
 
     @property
-    def metric(self) -> str:
-        """The drift column the controls select (``h0_w1``, ``h1_bottleneck``...)."""
+    def rank_by(self) -> str:
+        """The drift column the controls select to rank by (``h0_w1``, ``h1_bottleneck``...)."""
         if self.order.value == "bottleneck":
             return columns.bottleneck(self.dim.value)
         return columns.wasserstein(self.dim.value, float(self.order.value))
@@ -469,9 +477,9 @@ class ProfileBuilder(Panel):
         An error (a bad budget, a strategy that cannot rank the table) shows in the ``error`` label, clears the figure
         and leaves no card.
         """
-        self.percent.layout.display = None if self.mode.value == "percent" else "none"
+        self.fraction.layout.display = None if self.mode.value == "fraction" else "none"
         self.count.layout.display = None if self.mode.value == "count" else "none"
-        budget = {"fraction": self.percent.value / 100} if self.mode.value == "percent" else {"count": self.count.value}
+        budget = {"fraction": self.fraction.value} if self.mode.value == "fraction" else {"count": self.count.value}
         try:
             self._add_columns(self.strategy.value)
             self.card = build_profile(
@@ -480,7 +488,7 @@ class ProfileBuilder(Panel):
                 CardSettings(
                     prior_task=self.prior_task,
                     strategy=self.strategy.value,
-                    metric=self.metric,
+                    metric=self.rank_by,
                     seed=self.seed,
                     stop_threshold=self.stop_threshold,
                     normalization=self.normalization.value,
@@ -530,7 +538,7 @@ class ProfileBuilder(Panel):
             raise ProfileError(
                 "no valid profile is selected", "change the controls until the builder shows a selection"
             )
-        budget = f"{self.percent.value:g}pct" if self.mode.value == "percent" else f"{self.count.value}m"
+        budget = f"{100 * self.fraction.value:g}pct" if self.mode.value == "fraction" else f"{self.count.value}m"
         recipe = "" if self.recipe.value == "default" else f"-{self.recipe.value}"
         stem = stem or f"{self.prior_task}-{self.card.strategy}-{budget}{recipe}"
         card_path = self.card.save(self.out_dir / f"{stem}.json")
@@ -553,8 +561,8 @@ def profile_builder(
     *,
     recipe: str = "default",
     strategy: str = "high-drift",
-    budget_pct: float = 1.0,
-    metric_dim: int = 0,
+    budget_fraction: float = 0.01,
+    homology_dim: int = 0,
     normalization: str = DEFAULT_NORMALIZATION,
     stop_threshold: float | None = None,
 ) -> ProfileBuilder:
@@ -577,6 +585,6 @@ def profile_builder(
         recipe=recipe,
         selectors=selector_columns(lambda: workbench.load_pair(work_dir, prior_task)),
     )
-    builder.strategy.value, builder.percent.value = strategy, budget_pct
-    builder.dim.value, builder.normalization.value = metric_dim, normalization
+    builder.strategy.value, builder.fraction.value = strategy, budget_fraction
+    builder.dim.value, builder.normalization.value = homology_dim, normalization
     return builder

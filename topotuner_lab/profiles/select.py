@@ -103,7 +103,7 @@ def select_projections(
         raise ProfileError(
             f"budget {100 * fraction:.3g}% = {limit:,.0f} parameters is below the smallest projection "
             f"({smallest:,} parameters)",
-            f"raise the budget to at least {100 * smallest / total_params:.3g}% or give a count",
+            f"raise the budget fraction to at least {smallest / total_params:.3g} or give a count",
         )
     chosen: list[str] = []
     used = 0
@@ -329,7 +329,7 @@ def matched_per_kind(
         raise ProfileError(
             f"budget {100 * fraction:.3g}% = {limit:,.0f} parameters is below one matrix of each kind "
             f"({', '.join(wanted)}: {one_each:,} parameters)",
-            f"raise the budget to at least {100 * one_each / total_params:.3g}%, or give per-kind counts",
+            f"raise the budget fraction to at least {one_each / total_params:.3g}, or give per-kind counts",
         )
     return {kind: best for kind in wanted}
 
@@ -388,17 +388,6 @@ def check_table_fits(table: pd.DataFrame, identity: ModelIdentity, *, allow_part
             f"{identity.weights_hash[:12]}",
             "build the card from the pretrained snapshot the table was computed from (or recompute the table)",
         )
-
-
-def _percent(text: str) -> float | str:
-    """A budget in percent on the command line, as the fraction the card records (``1`` -> 0.01).
-
-    Text that is no number is passed on for the field's check to refuse.
-    """
-    try:
-        return float(text) / 100
-    except ValueError:
-        return text
 
 
 PER_KIND = Check(
@@ -472,17 +461,15 @@ class CardSettings(Config):
 
     prior_task: str = opt(REQUIRED, "the task the drift came from (recorded in the card)", check=TEXT)
     strategy: str = opt("high-drift", "which matrices train", choices=STRATEGIES)
-    metric: str = opt(columns.DEFAULT_METRIC, "drift-table column to rank by", check=TEXT)
+    metric: str = opt(columns.DEFAULT_METRIC, "drift-table column the strategy ranks by", check=TEXT)
     normalization: str = opt(
         DEFAULT_NORMALIZATION, "make matrices of different sizes comparable", choices=NORMALIZATIONS
     )
     count: int | None = opt(None, "number of trainable matrices", check=optional(POSITIVE_INT))
     fraction: float | None = opt(
         None,
-        "trainable-parameter budget in percent of the model, e.g. 1",
+        "trainable-parameter budget as a fraction of the model's parameters, e.g. 0.01 for 1%",
         check=optional(Check(lambda v: is_real(v) and 0 < v <= 1, "a fraction in (0, 1] (0.01 is 1%)")),
-        flags=("--budget",),
-        parse=_percent,
     )
     per_kind: dict[str, int] | None = opt(
         None,
@@ -512,13 +499,13 @@ class CardSettings(Config):
         if sum(b is not None for b in (self.count, self.fraction, self.per_kind)) != 1:
             self.fail(
                 "give exactly one of count (matrices), budget fraction or per-kind counts",
-                "e.g. count=4, fraction=0.01 for 1% of the model, or per_kind={'k': 2, 'v': 2} (--count 4, --budget 1 "
-                "or --per-kind k=2,v=2 on the command line)",
+                "e.g. count=4, fraction=0.01 for 1% of the model, or per_kind={'k': 2, 'v': 2} (--count 4, "
+                "--budget-fraction 0.01 or --per-kind k=2,v=2 on the command line)",
             )
         if self.per_kind_budget and self.fraction is None:
             self.fail(
                 "per_kind_budget turns a fraction budget into counts per kind, and no fraction was given",
-                "give the fraction with it (--budget PERCENT --per-kind-budget), or per-kind counts alone",
+                "give the fraction with it (--budget-fraction 0.01 --per-kind-budget), or per-kind counts alone",
             )
         if self.strategy in JOINT and self.normalization == "noise-z":
             self.fail(
@@ -564,7 +551,7 @@ def build_profile(
           ``joint-ll`` (drift high/low, magnitude high/low; :func:`joint_ranking`, pooled at the budget's count).
         - ``metric``: drift column to rank by (``magnitude`` always ranks by ``rel_frobenius``).
         - ``count``, ``fraction``, ``per_kind``: the budget, exactly one: a number of matrices, a fraction in (0, 1]
-          of all model parameters (0.01 is 1%; the CLI's ``--budget`` takes percent), or a number of matrices per
+          of all model parameters (0.01 is 1%, as ``--budget-fraction`` takes it), or a number of matrices per
           projection kind (ranked within each kind; ``strategy="random"`` with :func:`kind_composition` of a card is
           its stratified control: the same kinds and count, picked at random).
         - ``per_kind_budget``: with ``fraction``, the per-kind budget :func:`matched_per_kind` makes of it (the card

@@ -133,7 +133,9 @@ class FinetuneConfig(Config):
     label = "fine-tune config"
 
     method: Method = opt(
-        "full", "full fine-tuning, LoRA (peft), a profile card, or Spectrum's top 5 percent (spectrum-top5)"
+        "full",
+        "full fine-tuning, LoRA (peft), the matrices a card selects (profile), or Spectrum's top 5 percent "
+        "(spectrum-top5)",
     )
     task: str = opt("sst2", f"task to train and test on: {', '.join(TASKS)}, or a task spec .yaml", check=TEXT)
     output_dir: str = opt(
@@ -143,7 +145,10 @@ class FinetuneConfig(Config):
         flags=("-o", "--output", "--output-dir"),
     )
     profile: str | None = opt(
-        None, "profile card .json (method 'profile'; LoRA 'match' and 'card' thresholds read it)", check=optional(TEXT)
+        None,
+        "card .json from `topotuner-lab profile`: the matrices method profile trains; LoRA rank 'match' and stop "
+        "threshold 'card' read it too",
+        check=optional(TEXT),
     )
     lora_rank: int | str = opt(
         8,
@@ -151,7 +156,7 @@ class FinetuneConfig(Config):
         check=LORA_RANK,
         parse=_rank,
     )
-    epochs: int = opt(3, "epoch budget", check=POSITIVE_INT)
+    epochs: int = opt(3, "epochs to train (topological early stopping may end sooner)", check=POSITIVE_INT)
     n_train: int = opt(128, "training examples drawn", check=POSITIVE_INT)
     n_val: int = opt(
         0, "validation examples carved from the training data (never the test set); 0: none", check=NON_NEGATIVE_INT
@@ -159,18 +164,18 @@ class FinetuneConfig(Config):
     n_test: int = opt(128, "test examples drawn", check=POSITIVE_INT)
     n_ood: int = opt(
         64,
-        "out-of-domain examples (the other task) for forgetting; 0: no forgetting battery (its results are None)",
+        "out-of-domain examples (the other task) for forgetting; 0: no forgetting battery",
         check=NON_NEGATIVE_INT,
     )
     ood_tasks: tuple[str, ...] = opt(
         (),
         "the forgetting battery: tasks (built-in names or spec files) scored before and after fine-tuning on n_ood "
-        "rows each, each on its own metric (empty: the task's default out-of-domain task, see OOD_TASK)",
+        "rows each, each on its own metric (empty: one other task, agnews for an sst2 run, sst2 for any other)",
         check=Check(lambda v: isinstance(v, tuple) and all(isinstance(t, str) and t for t in v), "task names"),
     )
     n_ppl: int = opt(
         32,
-        "held-out texts (training.data.PPL_TASK) for perplexity before/after; 0: no perplexity probe (None)",
+        "held-out texts (GSM8K test questions) for perplexity before and after; 0: no perplexity probe",
         check=NON_NEGATIVE_INT,
     )
     batch_size: int = opt(8, "training batch size", check=POSITIVE_INT)
@@ -178,19 +183,19 @@ class FinetuneConfig(Config):
     num_fewshot: int | None = opt(
         None,
         "few-shot examples (the task's fewshot_split, default train, drawn with a fixed seed) before each scored "
-        "prompt: test, validation and the forgetting battery; training rows stay zero-shot (None: each task "
-        "spec's num_fewshot, 0 unless it says)",
+        "prompt: test, validation and the forgetting battery; training rows stay zero-shot (left out: each "
+        "task spec's num_fewshot, 0 unless it says)",
         check=optional(NON_NEGATIVE_INT),
     )
     learning_rate: float | None = opt(
         None,
-        "peak learning rate; default per method (DEFAULT_LR, untuned): "
+        "peak learning rate; default per method, untuned: "
         + ", ".join(f"{method} {rate:g}" for method, rate in DEFAULT_LR.items()),
         check=optional(OPEN_UNIT),
         flags=("--lr", "--learning-rate"),
         parse=float,
     )
-    lr_scheduler: LrScheduler = opt("linear", "learning-rate schedule over the epoch budget")
+    lr_scheduler: LrScheduler = opt("linear", "learning-rate schedule over the epochs")
     precision: Precision = opt(
         "fp32",
         "training precision: fp32, or bf16 / fp16 mixed precision (float32 weights, the forward and backward in "
@@ -210,7 +215,7 @@ class FinetuneConfig(Config):
         check=THRESHOLD,
         parse=_threshold,
     )
-    observe_only: bool = opt(False, "record the stop epoch but train the full budget", check=FLAG)
+    observe_only: bool = opt(False, "record the stop epoch but train every epoch", check=FLAG)
     eval_each_epoch: bool = opt(False, "test accuracy after every epoch", check=FLAG)
     save_checkpoints: bool = opt(
         True, "checkpoint each epoch (only the last is kept), so a stopped run resumes", check=FLAG
@@ -248,4 +253,4 @@ class FinetuneConfig(Config):
         }
         for what, needed in needs_card.items():
             if needed and not self.profile:
-                self.fail(f"{what} needs a profile card", "pass --profile card.json")
+                self.fail(f"{what} needs a profile card", "pass --card card.json")
