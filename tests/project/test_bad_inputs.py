@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -157,9 +158,9 @@ def run_cli(capsys, *argv) -> tuple[int, str]:
 
 @pytest.mark.parametrize("rank", [100000, 33])
 def test_lora_rank_above_the_smallest_projection_is_refused(capsys, tmp_path, monkeypatch, rank):
-    import topotuner_lab.training.finetune as finetune
+    import topotuner_lab.training.recipe as recipe
 
-    monkeypatch.setattr(finetune, "load_run_data", lambda cfg: pytest.fail("data read before the rank was checked"))
+    monkeypatch.setattr(recipe, "load_run_data", lambda cfg: pytest.fail("data read before the rank was checked"))
     argv = ["finetune", "--model", "tiny-llama", "--method", "lora", "--lora-rank", rank, "-o", tmp_path / "run"]
     code, err = run_cli(capsys, *argv)
     assert code == 2 and f"lora_rank={rank} exceeds the largest useful rank 32" in err and "L0.k is 32x64" in err
@@ -228,7 +229,7 @@ def test_hand_edited_results_are_recomputed_not_reused(tmp_path, tiny_llama, mon
         calls.append(cfg)
         results = {"config": cfg.to_dict(), "test_accuracy": 0.5, "ppl_after": float("nan")}
         write_results(Path(cfg.output_dir) / "results.json", results)
-        return results
+        return SimpleNamespace(to_dict=lambda: results)  # a FinetuneResult's dict view
 
     monkeypatch.setattr(finetune_mod, "run_finetune", run)
     cfg = FinetuneConfig(output_dir=str(tmp_path / "run"))

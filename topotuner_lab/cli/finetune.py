@@ -18,8 +18,8 @@ def _cmd_finetune(args: argparse.Namespace) -> None:
     refuse_overwrite({"card": cfg.profile}, {"run folder": cfg.output_dir})
     res = run_finetune(load_model(args.model), cfg)
     print(
-        f"{cfg.method} on {cfg.task}: test {res['metric']} {res['test_accuracy_before']:.3f} zero-shot -> "
-        f"{res['test_accuracy']:.3f} after, {res['epochs_run']} epoch(s), {res['seconds_per_epoch']:.1f} s/epoch; "
+        f"{cfg.method} on {cfg.task}: test {res.metric} {res.test_accuracy_before:.3f} zero-shot -> "
+        f"{res.test_accuracy:.3f} after, {res.epochs_run} epoch(s), {res.seconds_per_epoch:.1f} s/epoch; "
         f"results in {cfg.output_dir}/results.json, predictions in {cfg.output_dir}/predictions.jsonl"
     )
 
