@@ -124,9 +124,11 @@ def opt(
 ) -> Any:
     """A config field: its default, the help the CLI shows, the allowed ``choices`` and a ``check`` of its value.
 
-    ``flags`` and ``parse`` override the generated CLI option (``--field-name``, parsed as the default's type);
-    ``cli=False`` keeps a field off the command line. ``REQUIRED`` makes a field without default; ``factory``
-    computes the default per instance (mutable defaults such as dicts are copied per instance anyway).
+    ``flags`` and ``parse`` override the generated CLI option (``--field-name``, parsed as the default's type); a
+    stored field name that would mean something else on the command line is renamed there in one table,
+    ``cli.options.SPELLINGS``; ``cli=False`` keeps a field off the command line. ``REQUIRED`` makes a field without
+    default; ``factory`` computes the default per instance (mutable defaults such as dicts are copied per instance
+    anyway).
     """
     metadata = {"help": help, "choices": choices, "check": check, "flags": flags, "parse": parse, "cli": cli}
     if factory is not None:
