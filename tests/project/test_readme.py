@@ -42,7 +42,11 @@ NOT_RUN = {
 REPLACE = [
     ("topotuner-lab extract -o", "topotuner-lab extract tiny-llama -o", "the tiny model, not the embedded default"),
     ("load_model()", 'load_model("tiny-llama")', "the tiny model, not the embedded default"),
-    ("--budget 1 ", "--budget 5 ", "1% of tiny-llama's 139,584 parameters is less than one 4,096-entry matrix"),
+    (
+        "--budget-fraction 0.01 ",
+        "--budget-fraction 0.05 ",
+        "1% of tiny-llama's 139,584 parameters is less than one 4,096-entry matrix",
+    ),
     ("fraction=0.01", "fraction=0.05", "the same, in the Python API"),
     ("evaluate --task agnews -o", "evaluate --task agnews --model tiny-llama -o", "the tiny model, zero-shot"),
     (
