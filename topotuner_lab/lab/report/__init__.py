@@ -10,7 +10,12 @@ from pathlib import Path
 
 from topotuner_lab._io import atomic
 from topotuner_lab.lab.report import sections
-from topotuner_lab.lab.report.figures import export_claims_figure, export_drift_figures, export_matrix_figure
+from topotuner_lab.lab.report.figures import (
+    export_budget_figure,
+    export_claims_figure,
+    export_drift_figures,
+    export_matrix_figure,
+)
 from topotuner_lab.lab.report.inputs import StudyInputs, load_study
 
 
@@ -20,6 +25,7 @@ def render(
     command: str,
     matrix_figure: str | None = None,
     claims_figure: str | None = None,
+    curves_figure: str | None = None,
 ) -> str:
     """The report's Markdown from loaded inputs and the figure paths (model, prior) -> relative path."""
     results, preset = study.results, study.preset
@@ -30,6 +36,7 @@ def render(
         ),
         sections.claims_section(study.claims, claims_figure),
         sections.sizing_section(study.sizes, results, preset.margin_share),
+        sections.budget_curves_section(study.curves, curves_figure),
         sections.transfer_section(study.transfer_checks),
         sections.transfer_matrix_section(study.matrix, matrix_figure, study.transfer_checks),
         sections.seed_picks_section(study.seed_picks, preset.strategies[0], preset.budgets[0]),
@@ -39,7 +46,7 @@ def render(
         parts += [
             sections.lr_section(results, preset.rate_criterion),
             sections.spread_section(results),
-            sections.stopping_section(results, study.stop_histories),
+            sections.stopping_section(results, study.stop_histories, study.stop_rules),
         ]
     kinds = {}
     for index, model in enumerate(study.models):
@@ -82,5 +89,10 @@ def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
         else None
     )
     claims_figure = export_claims_figure(study.claims, target.parent / "figures", target.stem.lower())
-    atomic.write_text(target, render(study, figures, command, matrix_figure, claims_figure))
+    curves_figure = (
+        export_budget_figure(study.curves, target.parent / "figures", target.stem.lower())
+        if len(study.curves)
+        else None
+    )
+    atomic.write_text(target, render(study, figures, command, matrix_figure, claims_figure, curves_figure))
     return target

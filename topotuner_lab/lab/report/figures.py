@@ -7,7 +7,13 @@ from pathlib import Path
 import pandas as pd
 
 from topotuner_lab._io.errors import ProfileError
-from topotuner_lab.lab.plots import claims_forest, drift_heatmaps, save_figure, transfer_matrix_heatmap
+from topotuner_lab.lab.plots import (
+    budget_curves_figure,
+    claims_forest,
+    drift_heatmaps,
+    save_figure,
+    transfer_matrix_heatmap,
+)
 from topotuner_lab.lab.report.inputs import ModelDrift
 from topotuner_lab.profiles.select import normalized_scores
 from topotuner_lab.study.claims import ClaimResult, claims_frame
@@ -80,4 +86,11 @@ def export_claims_figure(claims: list[ClaimResult], folder: Path, report: str = 
         return None
     stem = f"{report}_claims"
     save_figure(claims_forest(claims_frame(paired)), folder / stem)
+    return f"{folder.name}/{stem}.png"
+
+
+def export_budget_figure(curves: pd.DataFrame, folder: Path, report: str = "results") -> str:
+    """Write the budget curves (score against Train.%) into ``folder``; the PNG path relative to the report."""
+    stem = f"{report}_budget_curves"
+    save_figure(budget_curves_figure(curves), folder / stem)
     return f"{folder.name}/{stem}.png"

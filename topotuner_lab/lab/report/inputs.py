@@ -20,11 +20,13 @@ from topotuner_lab.drift.tables import load_table
 from topotuner_lab.lab.report import ledger
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.profiles.select import CardSettings, build_profile
+from topotuner_lab.study.budget_curves import budget_curves
 from topotuner_lab.study.cards import prior_seed_dir
 from topotuner_lab.study.claims import (
     ClaimResult,
     ClaimRules,
     claim_results,
+    competitive_margin,
     pilot_labels,
     runs_at_chosen_rate,
     stopping_runs,
@@ -43,6 +45,7 @@ from topotuner_lab.study.stability import (
     stability_table,
     value_output_share,
 )
+from topotuner_lab.study.stopping import EpochRecord, compare_rules, rule_grid
 from topotuner_lab.study.weights_facts import WeightsFacts, weights_facts
 from topotuner_lab.study.workspace import WorkDir
 
@@ -95,6 +98,11 @@ class StudyInputs:
     sizes: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: each group-sequential look the study took (``looks.json``: seeds, level, undecided claims, whether it went on)
     looks: list[dict[str, Any]] = field(default_factory=list)
+    #: each arm's score against its trainable share (:func:`~topotuner_lab.study.budget_curves.budget_curves`), where
+    #: the preset has two budgets or more
+    curves: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: the stopping rules compared (:func:`stop_rule_comparison`), where card runs scored every epoch
+    stop_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _preset(out: WorkDir, recorded: dict[str, Any]) -> tuple[Preset, int | None, str | None]:
@@ -190,6 +198,12 @@ def load_study(out_dir: str | Path) -> StudyInputs:
             else pd.DataFrame()
         ),
         _looks(out),
+        (
+            budget_curves(results, correct, preset.claim_measure)
+            if len(preset.budgets) > 1 and len(results)
+            else pd.DataFrame()
+        ),
+        stop_rule_comparison(results, correct, preset) if len(results) else pd.DataFrame(),
     )
 
 
@@ -238,6 +252,54 @@ def stop_histories(results: pd.DataFrame, correct: Any) -> list[tuple[list[float
         ([h["normalized"] for h in correct(run_dir, "drift_history")], list(correct(run_dir, "epoch_test_accuracy")))
         for run_dir in runs["run_dir"]
     ]
+
+
+def _epoch_record(correct: Any, run_dir: str) -> EpochRecord | None:
+    """A run's per-epoch record for the stopping rules; None where it did not score every epoch."""
+    try:
+        history = correct(run_dir, "drift_history") or []
+        val_loss, val, test = (
+            list(correct(run_dir, key) or [])
+            for key in ("epoch_val_logloss", "epoch_val_accuracy", "epoch_test_accuracy")
+        )
+    except KeyError:  # a run of a version that recorded no per-epoch validation
+        return None
+    if not history or not test or not len(val) == len(val_loss) == len(test) == len(history):
+        return None
+    return EpochRecord(
+        [h["normalized"] for h in history], [h.get("from_pretrained") for h in history], val_loss, val, test
+    )
+
+
+def stop_rule_comparison(results: pd.DataFrame, correct: Any, preset: Preset) -> pd.DataFrame:
+    """Per target: four stopping rules calibrated on the sweep runs at each card's chosen rate, judged on the rest.
+
+    The calibration runs are the card runs of the sweep (the sweep seeds, or the first seed) at the rate each arm
+    kept; the judged runs are the other seeds' at that rate. Each rule may lose at most the target's competitive
+    margin (in accuracy) on the calibration runs' validation scores. A rule whose signal no run recorded (the eta
+    rule before runs kept their distance from the pretrained weights) is left out.
+    """
+    cards = results[(results["method"] == "profile") & (results["schedule"].fillna("linear") == "linear")]
+    chosen = cards[cards["selected"].astype(bool)]
+    rates = chosen.groupby(["target", "run"])["lr"].first()
+    at_rate = cards[[rates.get((t, r)) == lr for t, r, lr in zip(cards["target"], cards["run"], cards["lr"])]]
+    frames = []
+    for target, runs in at_rate.groupby("target", sort=False):
+        split = {
+            name: [r for d in part["run_dir"] if (r := _epoch_record(correct, str(d))) is not None]
+            for name, part in (
+                ("calibration", runs[runs["role"] == "sweep"]),
+                ("result", runs[runs["role"] != "sweep"]),
+            )
+        }
+        if len(split["calibration"]) < 1 or len(split["result"]) < 2:
+            continue
+        margin = competitive_margin(runs_at_chosen_rate(results[results["target"] == target]), preset.margin_share)
+        budget = max(len(r.test_score) for r in split["result"])
+        table = compare_rules(split["calibration"], split["result"], budget, margin.value)
+        recorded = [rule for rule in table["rule"] if rule_grid(rule, split["calibration"], budget)]
+        frames.append(table[table["rule"].isin(recorded)].assign(target=target, tolerance=margin.value))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def seed_picks(models: list[ModelDrift], preset: Preset) -> pd.DataFrame:

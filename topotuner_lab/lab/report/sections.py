@@ -319,11 +319,33 @@ def lr_section(results: pd.DataFrame, criterion: str = "logloss") -> str:
     )
 
 
-def stopping_section(results: pd.DataFrame, histories: list[tuple[list[float], list[float]]] | None = None) -> str:
-    """Stop epochs by schedule, a threshold sweep over the stored drift, how closely drift followed the rate."""
+def stopping_section(
+    results: pd.DataFrame,
+    histories: list[tuple[list[float], list[float]]] | None = None,
+    rules: pd.DataFrame | None = None,
+) -> str:
+    """Stop epochs by schedule, a threshold sweep over the stored drift, the rules compared, drift against the rate.
+
+    ``rules`` is :func:`~topotuner_lab.lab.report.inputs.stop_rule_comparison`'s table (empty or None: not shown).
+    """
     cards = stopping_runs(results)
     if cards.empty:
         return ""
+    compared = None
+    if rules is not None and len(rules):
+        compared = rules.assign(
+            **{
+                "stops early [95% CI]": [
+                    f"{e:.2f} [{lo:.2f}, {hi:.2f}]"
+                    for e, lo, hi in zip(rules["early_share"], rules["early_low"], rules["early_high"])
+                ],
+                "score at stop - end [95% CI]": [
+                    f"{e:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+                    for e, lo, hi in zip(rules["change"], rules["change_low"], rules["change_high"])
+                ],
+            }
+        )[["target", "tolerance", "rule", "parameter", "runs", "mean_stop", "at_minimum", "stops early [95% CI]",
+           "score at stop - end [95% CI]"]]  # fmt: skip
     table = cards.groupby(cards["schedule"].fillna("linear")).agg(
         runs=("run", "size"),
         stopped=("stop_epoch", "count"),
@@ -338,7 +360,22 @@ def stopping_section(results: pd.DataFrame, histories: list[tuple[list[float], l
     gap = None
     if results["drift_minus_lr_ratio"].notna().any():
         gap = results.groupby("method")["drift_minus_lr_ratio"].median().dropna()  # methods with a drift record
-    return prose.render("stopping", table=table, rule=rule, gap=gap)
+    return prose.render("stopping", table=table, rule=rule, gap=gap, compared=compared)
+
+
+def budget_curves_section(curves: pd.DataFrame, figure: str | None = None) -> str:
+    """Each arm's score against the share of the model it trains, one point per budget (two budgets or more)."""
+    if curves.empty:
+        return ""
+    table = curves.assign(
+        **{
+            "Train.%": curves["share"] * 100,
+            "score [95% CI]": [
+                f"{e:.3f} [{lo:.3f}, {hi:.3f}]" for e, lo, hi in zip(curves["score"], curves["low"], curves["high"])
+            ],
+        }
+    )[["target", "curve", "budget", "Train.%", "seeds", "score [95% CI]"]]
+    return prose.render("budget_curves", table=table, figure=figure)
 
 
 def normalization_section(
