@@ -17,6 +17,18 @@ README = ROOT / "README.md"
 #: (what, README pattern whose group 1 is the figure, report under docs/, where the report states it: {} = figure)
 QUOTES = [
     (
+        "cpu-decide drift rule's cost when stopping",
+        r"costs what stopping every run at\s+epoch 2 costs \(test accuracy (-[\d.]+ \[-[\d.]+, -[\d.]+\]) against",
+        "RESULTS.md",
+        "2.1  |          0.9 | 1.00 [0.83, 1.00]      | {}",
+    ),
+    (
+        "cpu-decide fixed epoch's cost",
+        r"costs \(test accuracy -[\d.]+ \[-[\d.]+, -[\d.]+\] against (-[\d.]+ \[-[\d.]+, -[\d.]+\])\)",
+        "RESULTS.md",
+        "2    |          0   | 1.00 [0.83, 1.00]      | {}",
+    ),
+    (
         "cpu-decide fine-tunes",
         r"complete `cpu-decide` run's report \((\d+) fine-tunes",
         "RESULTS.md",
