@@ -10,8 +10,9 @@ CPUs. Float32 kernels differ between CPUs (the same wheels on an AMD EPYC with A
 the noise tables, computed from fixed inputs without training, differ at most 2.2e-7 relative there (float32 spectral
 norms); after float32 training the weights differ at ~5e-7 (STACK-NOTES), which the bottleneck distances (one matched
 pair each) and the ratio of drift to learning rate amplify: at most 2.4e-5 relative over every trained table and
-results column (h0_w1 6.2e-6, perplexity 6.5e-7). The fast test holds the first at 1e-6, the slow ones the second at
-1e-4, about 4x the largest measured difference and far below any change a refactor makes to a number.
+results column (h0_w1 6.2e-6, perplexity 6.5e-7). The fast tests (the noise tables, and the cards rebuilt from the
+recorded drift and noise tables) hold the first at 1e-6, the slow ones the second at 1e-4, about 4x the largest
+measured difference and far below any change a refactor makes to a number.
 """
 
 from __future__ import annotations
@@ -73,6 +74,32 @@ def test_noise_tables_from_fixed_inputs_unchanged() -> None:
         pd.testing.assert_frame_equal(
             table[expected.columns].reset_index(drop=True), expected, rtol=FIXED_INPUTS_RTOL, atol=0
         )
+
+
+def test_cards_from_the_recorded_drift_table_unchanged(tmp_path: Path) -> None:
+    """The fast guard of card building: the tiny preset's cards, rebuilt from the recorded drift and noise tables."""
+    from topotuner_lab.profiles.card import ProfileCard
+    from topotuner_lab.study.cards import cards_for_prior
+    from topotuner_lab.study.presets import get_preset
+    from topotuner_lab.study.workspace import WorkDir
+    from topotuner_lab.weights.extract import extract_snapshot
+    from topotuner_lab.weights.models import load_model
+
+    loaded = load_model("tiny-llama")
+    table = pd.read_csv(GOLDEN / "drift-sst2.csv")
+    noise = [pd.read_csv(GOLDEN / f"noise-{seed}.csv") for seed in (0, 1)]
+    with pytest.warns(UserWarning, match="records no pretrained weight hash"):  # a CSV table carries no weight hash
+        cards = cards_for_prior(
+            get_preset("tiny"), {"default": table}, noise, extract_snapshot(loaded), loaded, "sst2", WorkDir(tmp_path),
+            lambda _: None,
+        )  # fmt: skip
+    assert sorted(Path(p).stem for p in cards.values()) == sorted(p.stem for p in GOLDEN.glob("sst2-*.json"))
+    for path in cards.values():
+        written = ProfileCard.load(path).to_dict()
+        expected = json.loads((GOLDEN / f"{Path(path).stem}.json").read_text())
+        # the targets a card was transferred to are recorded after the fine-tunes, which this test does not run
+        drop = lambda card: {k: v for k, v in card.items() if k not in (*PROVENANCE, "transferred_to")}  # noqa: E731
+        assert_close(drop(written), drop(expected), FIXED_INPUTS_RTOL, Path(path).stem)
 
 
 @pytest.fixture(scope="module")
