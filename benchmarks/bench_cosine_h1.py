@@ -1,4 +1,4 @@
-"""Cosine H1 on SmolLM2-135M (issue 21): what the exact diagram costs, and what giotto-ph's exact options and seeded
+"""Cosine H1 on SmolLM2-135M: what the exact diagram costs, and what giotto-ph's exact options and seeded
 row subsamples buy and lose.
 
 Per matrix (layers 0, 7, 15, 22, 29; q, k, v, o) the exact cosine H1 diagram (giotto-ph, no threshold, 1 thread) is
@@ -368,7 +368,7 @@ def report(rows: list[dict[str, Any]], thresholds: list[dict[str, Any]], exact_p
         if r["method"].startswith("greedy") and "drift update" in r
     )
     md = (
-        "### Cosine H1 on SmolLM2-135M: exact cost, exact options, row subsamples (issue 21)\n\n"
+        "### Cosine H1 on SmolLM2-135M: exact cost, exact options, row subsamples\n\n"
         "giotto-ph, 1 thread, on the cosine distances (1 - cos) of each matrix's rows, layers "
         f"{', '.join(map(str, LAYERS))}, q k v o. Times are medians of 3 below {REPEAT_UNDER_S:g} s, single runs "
         "above. `exact`: giotto-ph given no threshold (it stops at the enclosing radius itself, dense solver); "

@@ -1,6 +1,6 @@
 """Greedy generation throughput on SmolLM2-135M: one row at a time against 16 rows at a time (continuous batching:
 a finished row leaves the KV cache and the next prompts join it), on the same prompts, both in this process after a
-warm-up. Target (issue 20): >= 4x at batch 16.
+warm-up. Target: >= 4x at batch 16.
 
 Three workloads: GSM8K and DialogSum with their task's own stop strings and token budget, and GSM8K with no stop
 string and at most 32 new tokens (rows end at 32 tokens or at the model's end-of-text token). Throughput counts the
