@@ -65,7 +65,7 @@ if [[ " $PARTS " == *" smollm2 "* ]]; then
             --maxdim 0 -p 1 -j 2 --no-cache
         [[ -f "$S/card.json" ]] || tt profile "$S/drift.parquet" --pretrained "$S/pre.safetensors" \
             --prior-task sst2 --count 8 -o "$S/card.json"
-        tt finetune --method profile --profile "$S/card.json" --task sst2 -o "$S/run" --precision "$PRECISION" \
+        tt finetune --method profile --card "$S/card.json" --task sst2 -o "$S/run" --precision "$PRECISION" \
             --gradient-checkpointing --epochs 1 --n-train 256 --n-test 128 --n-ood 64 --n-ppl 16 \
             --batch-size 16 --max-length 64 --lr 1e-3
     } >"$OUT/smollm2.log" 2>&1 || { tail -20 "$OUT/smollm2.log"; exit 1; }
