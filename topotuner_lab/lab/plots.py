@@ -621,22 +621,26 @@ def chromium_path() -> str | None:
 
 
 class _DropIgnoredBrowserMessage(logging.Filter):
-    """Drop choreographer's traceback for a browser message it could not decode and ignores.
+    """Drop choreographer's messages about its browser that say nothing a user can act on.
 
     Kaleido's browser pipe sometimes reads a message in pieces; choreographer logs the piece with a full traceback,
-    ignores it, and the export goes on (the PNG is written, or the export raises). The traceback says nothing a user
-    can act on, so it is not printed into notebooks and command output.
+    ignores it, and the export goes on (the PNG is written, or the export raises). On a loaded machine the headless
+    browser may take over 3 s to exit after an export; choreographer then warns that it kills it, and does (the PNG is
+    already written). Neither is printed into notebooks and command output.
     """
 
+    IGNORED = ("JSONError decoding message", "Resorting to unclean kill browser")
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("JSONError decoding message")
+        return not record.getMessage().startswith(self.IGNORED)
 
 
 @functools.cache
 def _quiet_browser_pipe() -> None:
-    """Filter the logger of choreographer's pipe to the browser, once; imported first so it is logistro's logger."""
-    importlib.import_module("choreographer.channels.pipe")
-    logging.getLogger("choreographer.channels.pipe").addFilter(_DropIgnoredBrowserMessage())
+    """Filter choreographer's pipe and browser loggers, once; imported first so they are logistro's loggers."""
+    for module in ("choreographer.channels.pipe", "choreographer.browser_async"):
+        importlib.import_module(module)
+        logging.getLogger(module).addFilter(_DropIgnoredBrowserMessage())
 
 
 def _write_png(fig: go.Figure, path: Path, attempts: int = 3) -> None:
