@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from topotuner_lab.study.stats import Interval
+from topotuner_lab.study.stats import Interval, seed_level_interval
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
 
 #: thresholds of the sweep the report shows (normalized drift starts at 1.0)
@@ -199,14 +199,13 @@ def judge_rule(
     the share of runs that stop at the earliest epoch the rule allows: a rule that sits there says nothing about
     when training has converged, so "stops early" counts only where it is not 1.
     """
-    from scipy.stats import t as student_t
-
     stops = _stops(records, rule, parameter) if parameter is not None else [len(r.test_score) for r in records]
     changes = np.array([r.test_score[s - 1] - r.test_score[-1] for r, s in zip(records, stops)], dtype=float)
-    half = (
-        float(student_t.ppf((1 + level) / 2, changes.size - 1) * changes.std(ddof=1) / np.sqrt(changes.size))
-        if changes.size > 1
-        else float("inf")
+    nan = float("nan")
+    cost = (  # one run per row: the t interval over the runs
+        seed_level_interval(changes[:, None], np.zeros((changes.size, 1)), level=level)
+        if changes.size
+        else Interval(nan, nan, nan, level)
     )
     earliest = 1 if rule in ("fixed epoch", "validation-loss patience") else EARLIEST_STOP
     early = share_interval(sum(s <= early_by(budget) for s in stops), len(stops), level)
@@ -219,9 +218,9 @@ def judge_rule(
         "early_low": early.low,
         "early_high": early.high,
         "at_minimum": float(np.mean([s == earliest for s in stops])) if stops else float("nan"),
-        "change": float(changes.mean()) if changes.size else float("nan"),
-        "change_low": float(changes.mean()) - half if changes.size else float("nan"),
-        "change_high": float(changes.mean()) + half if changes.size else float("nan"),
+        "change": cost.estimate,
+        "change_low": cost.low,
+        "change_high": cost.high,
     }
 
 
