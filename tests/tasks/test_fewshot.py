@@ -167,6 +167,15 @@ def test_check_task_reports_what_few_shot_pushes_past_max_length(tmp_path):
     assert check_task(str(_spec(tmp_path)), model="tiny-llama", max_length=40).splits[-1].fewshot_cut is None
 
 
+def test_check_task_cli_counts_the_few_shot_tokens(tmp_path, capsys):
+    """``check-task --num-fewshot 2`` reports the cut the examples cause; without it the spec's 0 shows no such line."""
+    args = ["check-task", str(_spec(tmp_path)), "--model", "tiny-llama", "--max-length", "40"]
+    assert main([*args, "--num-fewshot", "2"]) == 0
+    assert "with 2 few-shot examples: --max-length 40 cuts 100.0% of prompts" in capsys.readouterr().out
+    assert main(args) == 0
+    assert "few-shot examples" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("kind", sorted(HEADS))
 def test_prompts_are_lm_evals_fewshot_context(tmp_path, kind):
     """lm-eval 0.4.13's own ``fewshot_context`` (its default sampler, few-shot seed 1234) over the same train and test

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from topotuner_lab._io.errors import ParameterError, TaskError
+from topotuner_lab._io.errors import TaskError
+from topotuner_lab.cli.options import require_at_least
 
 
 def _cmd_check_task(args: argparse.Namespace) -> None:
@@ -12,15 +13,19 @@ def _cmd_check_task(args: argparse.Namespace) -> None:
 
     from topotuner_lab.training.task_check import check_task
 
-    if args.max_length < 2:
-        raise ParameterError(f"--max-length {args.max_length} leaves no room for a prompt", "give 2 or more tokens")
-    if args.rows is not None and args.rows < 1:
-        raise ParameterError(f"--rows {args.rows} reads no rows", "give 1 or more, or leave --rows out for all")
+    require_at_least(
+        ("--max-length", args.max_length, 2), ("--num-fewshot", args.num_fewshot, 0), ("--rows", args.rows, 1)
+    )
     shown = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # one report, not a bar per split
     try:
         check = check_task(
-            args.task, model=args.model, max_length=args.max_length, source=args.data_source, rows=args.rows
+            args.task,
+            model=args.model,
+            max_length=args.max_length,
+            source=args.data_source,
+            rows=args.rows,
+            num_fewshot=args.num_fewshot,
         )
     finally:
         if shown:
@@ -56,6 +61,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"{fields['max_length'].metadata['help']}, as finetune's --max-length (default: {DEFAULT_MAX_LENGTH})",
     )
     ct.add_argument("--data-source", default=None, help=fields["data_source"].metadata["help"])
+    ct.add_argument(
+        "--num-fewshot",
+        type=int,
+        default=None,
+        metavar="N",
+        help="solved examples before each scored prompt, as finetune's --num-fewshot; their tokens count in the "
+        "lengths (default: the task spec's)",
+    )
     ct.add_argument(
         "--rows",
         type=int,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from topotuner_lab._io.errors import ParameterError
 from topotuner_lab._io.outputs import check_output_dir, refuse_overwrite
+from topotuner_lab.cli.options import require_at_least
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> None:
@@ -19,13 +20,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
         )
     if args.base is not None and args.run is None:
         raise ParameterError("--base applies to a run folder only", "give RUN_FOLDER, or --model for a model")
-    for flag, value, least in (
-        ("--n-test", args.n_test, 1),
-        ("--max-length", args.max_length, 2),
-        ("--num-fewshot", args.num_fewshot, 0),
-    ):
-        if value is not None and value < least:
-            raise ParameterError(f"{flag} {value} is below {least}", f"give {flag} {least} or more")
+    require_at_least(
+        ("--n-test", args.n_test, 1), ("--max-length", args.max_length, 2), ("--num-fewshot", args.num_fewshot, 0)
+    )
     check_output_dir(args.output, "evaluation folder")
     if args.run is not None:
         run = Path(args.run)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 from topotuner_lab._io.config import REQUIRED, Config, field_choices
+from topotuner_lab._io.errors import ParameterError
 
 C = TypeVar("C", bound=Config)
 
@@ -29,6 +30,13 @@ class Parser(argparse.ArgumentParser):
         """Print ``error: MESSAGE`` and how to see the options, then exit 2 (argparse prints the whole usage)."""
         print(f"error: {message}\n  How to fix: see `{self.prog} --help` for the options", file=sys.stderr)
         raise SystemExit(2)
+
+
+def require_at_least(*checks: tuple[str, int | None, int]) -> None:
+    """Refuse the first ``(flag, value, least)`` whose given value is below ``least`` (None: not given)."""
+    for flag, value, least in checks:
+        if value is not None and value < least:
+            raise ParameterError(f"{flag} {value} is below {least}", f"give {flag} {least} or more")
 
 
 def percent_as_fraction(text: str) -> float | str:
