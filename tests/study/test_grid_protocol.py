@@ -99,3 +99,5 @@ def test_side_arms_run_only_their_seeds_and_the_claims_arms_run_every_seed():
     assert sequential == {"full", *(f"profile:{s}@0.01" for s in ("high-drift", "low-drift", "random"))}
     for key, seeds in side.items():
         assert seeds == ([1, 2, 3] if key.name in sequential else [1]), key.name
+    fixed = Preset.from_dict({**capped.to_dict(), "margins": {t: 0.1 for t in capped.target_tasks}})
+    assert seeds_of(fixed) == {**side, RunKey("full"): [1]}  # no gain to measure: full FT is a side arm

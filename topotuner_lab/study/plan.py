@@ -58,7 +58,8 @@ class RunKey:
     def sequential(self) -> bool:
         """Whether the thesis and control claims (judged at each look) read this arm.
 
-        They read the default recipe's topology and control cards, and full FT, whose gain sets their margins.
+        They read the default recipe's topology and control cards, and full FT, whose gain sets their margins unless
+        the preset fixes them (:func:`every_seed`).
         """
         if self.method == "full":
             return True
@@ -139,10 +140,21 @@ def transfers(preset: Preset) -> list[tuple[str, str]]:
     return [(prior, target) for prior in preset.prior_tasks for target in preset.target_tasks if target != prior]
 
 
+def every_seed(preset: Preset, key: RunKey) -> bool:
+    """Whether ``key`` runs every seed of ``preset``: the arms the thesis and control claims read.
+
+    Full FT is one of them only while its gain sets a margin: where the preset fixes every target's margin, full FT
+    is a side arm like LoRA (its claims are judged on the side arms' seeds).
+    """
+    if key.method == "full":
+        return not set(preset.target_tasks) <= set(preset.margins)
+    return key.sequential
+
+
 def plan(preset: Preset) -> list[RunSpec]:
     """Every fine-tune of the comparison, in the order they run (an arm's sweep runs are contiguous, seeds inner).
 
-    With ``side_arm_seeds`` the arms no sequential claim reads (:attr:`RunKey.sequential`) run only that many seeds.
+    With ``side_arm_seeds`` the arms no sequential claim reads (:func:`every_seed`) run only that many seeds.
     """
     specs: list[RunSpec] = []
     for prior, target in transfers(preset) if preset.sweep_seeds else []:
@@ -152,7 +164,7 @@ def plan(preset: Preset) -> list[RunSpec]:
     for index, seed in enumerate(preset.seeds):
         for prior, target in transfers(preset):
             for key in arms(preset):
-                if 0 < preset.side_arm_seeds <= index and not key.sequential:
+                if 0 < preset.side_arm_seeds <= index and not every_seed(preset, key):
                     continue
                 if index == 0 and not preset.sweep_seeds:
                     specs += [RunSpec(prior, target, seed, key, "sweep", lr) for lr in preset.lr_grid[key.family]]

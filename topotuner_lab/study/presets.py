@@ -168,8 +168,8 @@ class Preset(Config):
     side_arm_seeds: int = opt(
         0,
         "the arms that neither the thesis nor the control claims read (LoRA, Spectrum, SNR, relative change, further "
-        "drift recipes) run only the first N seeds, and the claims about them are judged on those; the seeds go to "
-        "the claims that need them (0: every arm runs every seed)",
+        "drift recipes; full FT too where `margins` fixes every target's) run only the first N seeds, and the claims "
+        "about them are judged on those; the seeds go to the claims that need them (0: every arm runs every seed)",
         check=NON_NEGATIVE_INT,
     )
     claim_measure: str = opt(
