@@ -122,8 +122,8 @@ def test_every_split_the_loader_refuses_is_a_problem_line_and_exit_2(tmp_path, c
 @pytest.mark.parametrize(
     "option, message",
     [
-        (["--max-length", "1"], "--max-length 1 is below 2"),
-        (["--rows", "0"], "--rows 0 is below 1"),
+        (["--max-length", "1"], "--max-length 1 leaves no room"),
+        (["--rows", "0"], "--rows 0 reads"),
         (["--num-fewshot", "-1"], "--num-fewshot -1 is below 0"),
     ],
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from topotuner_lab._io.errors import TaskError
+from topotuner_lab._io.errors import ParameterError, TaskError
 from topotuner_lab.cli.options import require_at_least
 
 
@@ -13,9 +13,11 @@ def _cmd_check_task(args: argparse.Namespace) -> None:
 
     from topotuner_lab.training.task_check import check_task
 
-    require_at_least(
-        ("--max-length", args.max_length, 2), ("--num-fewshot", args.num_fewshot, 0), ("--rows", args.rows, 1)
-    )
+    if args.max_length < 2:
+        raise ParameterError(f"--max-length {args.max_length} leaves no room for a prompt", "give 2 or more tokens")
+    if args.rows is not None and args.rows < 1:
+        raise ParameterError(f"--rows {args.rows} reads no rows", "give 1 or more, or leave --rows out for all")
+    require_at_least(("--num-fewshot", args.num_fewshot, 0))
     shown = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # one report, not a bar per split
     try:
