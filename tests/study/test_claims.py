@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -334,7 +336,7 @@ def test_a_verdict_must_hold_under_both_intervals():
     assert verdict(boot) == HELD and verdict(both) == INCONCLUSIVE
 
 
-def test_rules_fix_margins_before_the_runs_and_measure_by_log_probability():
+def test_rules_fix_margins_before_the_runs_and_measure_by_log_probability_or_probability():
     rng = np.random.default_rng(1)
     full = (rng.random(600) < 0.8).astype(int)
     results, correct = _results(full, full, full, control_correct=full)
@@ -349,8 +351,11 @@ def test_rules_fix_margins_before_the_runs_and_measure_by_log_probability():
     rules = ClaimRules(margins={"agnews": 0.1}, measure="logprob", seed_level=True)
     by_logprob = {c.claim: c for c in claim_results(results, with_logloss, rules)}
     thesis = by_logprob[ClaimId.THESIS]
-    assert thesis.measure.endswith("(test gold-label log-probability, nats)")
+    assert thesis.measure.endswith("(test gold-label log-probability (nats))")
     assert thesis.estimate == pytest.approx(1.5 * (2 * full.mean() - 1))  # -0.5 vs -2.0 where high / low is right
+    by_prob = {c.claim: c for c in claim_results(results, with_logloss, replace(rules, measure="prob"))}
+    assert by_prob[ClaimId.THESIS].measure.endswith("(test gold-label probability)")
+    assert by_prob[ClaimId.THESIS].estimate == pytest.approx((np.exp(-0.5) - np.exp(-2.0)) * (2 * full.mean() - 1))
     with pytest.raises(ParameterError, match="need a margin fixed in the preset"):
         claim_results(results, with_logloss, ClaimRules(measure="logprob"))
 

@@ -82,12 +82,15 @@ def test_the_gain_is_full_ft_over_zero_shot_on_each_measure():
     zero = -np.mean(runs[full.iloc[0]]["test_example_metrics_before"]["logloss"])
     assert gain(results, read, "logprob") == pytest.approx(logprob - zero)
     assert gain(results, read, "logprob") > 0
+    prob = np.mean([np.mean(np.exp(-np.asarray(runs[d]["test_example_metrics"]["logloss"]))) for d in full])
+    zero_prob = np.mean(np.exp(-np.asarray(runs[full.iloc[0]]["test_example_metrics_before"]["logloss"])))
+    assert gain(results, read, "prob") == pytest.approx(prob - zero_prob)
 
 
-def test_every_card_pair_and_every_card_against_full_is_sized_on_both_measures():
+def test_every_card_pair_and_every_card_against_full_is_sized_on_every_measure():
     results, runs = _pilot()
     sizes = study_sizes(results, _reader(runs), margin_share=0.25)
-    assert set(sizes["measure"]) == {"accuracy", "logprob"}
+    assert set(sizes["measure"]) == {"accuracy", "logprob", "prob"}
     assert set(sizes["comparison"]) == {
         "profile-high-drift-0.01 - profile-random-0.01",
         "profile-high-drift-0.01 - full",
@@ -190,7 +193,7 @@ def test_a_pilots_report_prints_each_difference_and_the_seeds_to_plan():
     sizes = study_sizes(results, _reader(runs), margin_share=0.25)
     text = sizing_section(sizes, results, 0.25)
     assert text.startswith("\n## What the study this pilot plans needs")
-    assert text.count("| sst2 ") == len(sizes) == 6  # one row per target, measure and difference
+    assert text.count("| sst2 ") == len(sizes) == 9  # one row per target, measure (3) and difference (3)
     per_target = planned_seeds(sizes, "accuracy")["sst2"]
     assert f"accuracy: sst2 {per_target if per_target else 'not by seeds'}" in text
     assert "sst2 full 10.0" in text  # median minutes per fine-tune

@@ -261,8 +261,8 @@ def pilot_labels(
 
 def _scored(where: str | pd.DataFrame, measure: str = "accuracy") -> str:
     """``test <metric>`` of a target task (or of a group of runs on one target): what its claims compare."""
-    if measure == "logprob":
-        return "test gold-label log-probability, nats"
+    if measure in MEASURE_LABELS:
+        return f"test {MEASURE_LABELS[measure]}"
     task = where if isinstance(where, str) else str(where["target"].iloc[0])
     try:
         return f"test {get_task(task).metric_label}"
@@ -317,24 +317,28 @@ class ClaimRules:
         return competitive_margin(group, self.margin_share)
 
 
-#: the per-example key a claim measure reads from ``results.json`` (``logprob`` is derived from the label log-loss)
-MEASURE_KEYS = {"accuracy": "test_correct", "logprob": "logprob"}
+#: the per-example key a claim measure reads from ``results.json`` (``logprob`` and ``prob`` are derived from the
+#: label log-loss)
+MEASURE_KEYS = {"accuracy": "test_correct", "logprob": "logprob", "prob": "prob"}
+#: how a report names a measure derived from the label log-loss (accuracy takes the task's metric name)
+MEASURE_LABELS = {"logprob": "gold-label log-probability (nats)", "prob": "gold-label probability"}
 
 
 def measure_values(read: Callable[[str, str], Any], run_dir: str, measure: str, *, before: bool = False) -> np.ndarray:
     """A run's per-example test values of ``measure``: after fine-tuning, or zero-shot (``before``) on the same rows.
 
-    ``logprob`` is the gold label's log-probability (minus the recorded log-loss); a run that recorded no zero-shot
-    log-loss (older runs) raises ``KeyError``.
+    ``logprob`` is the gold label's log-probability (minus the recorded log-loss) and ``prob`` its exponential; a run
+    that recorded no zero-shot log-loss (older runs) raises ``KeyError``.
     """
     if measure == "accuracy":
         return np.asarray(read(run_dir, "test_correct_before" if before else "test_correct"), dtype=float)
-    if measure != "logprob":
+    if measure not in MEASURE_LABELS:
         raise ValueError(f"unknown measure {measure!r}: one of {CLAIM_MEASURES}")
     metrics = read(run_dir, "test_example_metrics_before" if before else "test_example_metrics")
     if not metrics or "logloss" not in metrics:
         raise KeyError(f"{run_dir} recorded no {'zero-shot ' if before else ''}log-loss per example")
-    return -np.asarray(metrics["logloss"], dtype=float)
+    logprob = -np.asarray(metrics["logloss"], dtype=float)
+    return logprob if measure == "logprob" else np.exp(logprob)
 
 
 def paired_interval(a: ArrayLike, b: ArrayLike, seed_level: bool = False, level: float = LEVEL) -> Interval:
@@ -359,8 +363,8 @@ def claim_results(
     claims: list[ClaimResult] = []
 
     def read(run_dir: str, key: str) -> Sequence[float]:
-        if key == "logprob":
-            return cast(list[float], measure_values(correct, run_dir, "logprob").tolist())
+        if key in MEASURE_LABELS:
+            return cast(list[float], measure_values(correct, run_dir, key).tolist())
         values = correct(run_dir, key)
         if values is None:  # a probe the run switched off (n_ood 0, n_ppl 0): not recorded
             raise KeyError(key)

@@ -38,8 +38,9 @@ DEFAULT_LR_GRID: dict[str, tuple[float, ...]] = {
 BASELINES: tuple[str, ...] = ("full", "lora", "lora-paper", "spectrum-top5")
 #: the method family (learning-rate grid) of a baseline whose name is not its method
 BASELINE_FAMILY: dict[str, str] = {"lora-paper": "lora"}
-#: what the target-score claims can compare per test example (study.claims.ClaimRules)
-CLAIM_MEASURES: tuple[str, ...] = ("accuracy", "logprob")
+#: what the target-score claims can compare per test example (study.claims.ClaimRules): the task metric, or the gold
+#: label's log-probability or probability among the labels (label-likelihood tasks only)
+CLAIM_MEASURES: tuple[str, ...] = ("accuracy", "logprob", "prob")
 #: how each drift recipe turns its tables into cards: drift aggregated over the prior's epochs (``final``: the last
 #: epoch's snapshot only) and whether the budget is spent per projection kind (the same count of each kind, matched
 #: to the parameter budget) rather than over the global ranking
@@ -174,8 +175,10 @@ class Preset(Config):
     )
     claim_measure: str = opt(
         "accuracy",
-        "what the target-score claims compare per test example: accuracy (the task metric) or logprob (the gold "
-        "label's log-probability among the labels, continuous; label-likelihood tasks, margins fixed in its units)",
+        "what the target-score claims compare per test example: accuracy (the task metric), logprob (the gold label's "
+        "log-probability among the labels) or prob (that probability, continuous and bounded: one confidently wrong "
+        "answer cannot outweigh many right ones, as it can in log-probability); the last two on label-likelihood "
+        "tasks only, margins fixed in the measure's units",
         choices=CLAIM_MEASURES,
     )
     match_kinds: tuple[str, ...] = opt(

@@ -18,6 +18,7 @@ from topotuner_lab.lab.report import prose
 from topotuner_lab.profiles.card import NORMALIZATIONS, ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import MIN_NOISE_DRAWS, CardSettings, build_profile
 from topotuner_lab.study.claims import (
+    MEASURE_LABELS,
     ClaimResult,
     ClaimRules,
     claims_frame,
@@ -104,7 +105,7 @@ def noise_floor_section(
 def margin_lines(results: pd.DataFrame, rules: ClaimRules) -> list[str]:
     """Per target, the non-inferiority margin its claims use and where it comes from (:meth:`ClaimRules.margin`)."""
     runs = runs_at_chosen_rate(results)
-    measure = "gold-label log-probability" if rules.measure == "logprob" else None
+    measure = MEASURE_LABELS.get(rules.measure)
     return [
         prose.sentence(
             "setup_lines",
