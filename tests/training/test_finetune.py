@@ -206,6 +206,7 @@ def test_pretrained_scores_are_computed_once_per_model_and_rows(tiny_llama, monk
 
     probe = PerplexityProbe(42.0, [3.5, 4.0], [10, 20])
     monkeypatch.setattr(baseline, "perplexity_probe", lambda *a, **k: probe)
+    monkeypatch.setenv("TOPOTUNER_SCORE_CACHE", "off")  # the in-process reuse alone (the disk's: test_score_cache)
     cfg = FinetuneConfig(n_ood=3)
     data = load_run_data(cfg)
     scorers = {data.ood_task: Scorer()}

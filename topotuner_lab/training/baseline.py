@@ -1,7 +1,8 @@
 """The pretrained model's scores a fine-tune is measured against: forgetting's reference point and zero-shot.
 
 The evaluation rows are fixed (``EVAL_SEED``) and the pretrained model is never changed, so every run of a
-comparison shares these scores: computed once per process and model object, not once per fine-tune.
+comparison shares these scores: computed once per process and model object, not once per fine-tune, and the
+per-example scores once per machine (:mod:`topotuner_lab.training.score_cache`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.data import RunData
 from topotuner_lab.training.evaluation import PerplexityProbe, accuracy, perplexity_probe
+from topotuner_lab.training.score_cache import cached_scores
 from topotuner_lab.training.scoring import ExampleScores, TaskScorer, primary_values
 from topotuner_lab.weights.models import LoadedModel
 
@@ -61,7 +63,11 @@ def pretrained_scores(
             if cfg.n_ppl
             else None
         )
-        battery = battery_scores(loaded.model, data, scorers) if cfg.n_ood else {}
+        battery = (
+            {task: cached_scores(loaded.model, scorers[task], rows) for task, rows in data.battery.items()}
+            if cfg.n_ood
+            else {}
+        )
         ood = battery[data.ood_task][scorers[data.ood_task].metric] if battery else None
         per_model[key] = PretrainedScores(battery, accuracy(primary_values(ood)) if ood is not None else None, probe)
     return per_model[key]
@@ -76,5 +82,5 @@ def zero_shot_scores(loaded: LoadedModel, cfg: FinetuneConfig, data: RunData, sc
     key = (cfg.task, cfg.n_test, cfg.max_length, cfg.data_source, cfg.num_fewshot)
     per_model = _ZERO_SHOT.setdefault(loaded.model, {})
     if key not in per_model:
-        per_model[key] = score.score_all(loaded.model, data.test)
+        per_model[key] = cached_scores(loaded.model, score, data.test)
     return per_model[key]
