@@ -45,10 +45,16 @@ _ZERO_SHOT: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[object, ...], 
 
 
 def battery_scores(
-    model: torch.nn.Module, data: RunData, scorers: Mapping[str, TaskScorer]
+    model: torch.nn.Module, data: RunData, scorers: Mapping[str, TaskScorer], *, pretrained: bool = False
 ) -> dict[str, ExampleScores]:
-    """Per battery task, every metric per example (each task on its own metrics)."""
-    return {task: scorers[task].score_all(model, rows) for task, rows in data.battery.items()}
+    """Per battery task, every metric per example (each task on its own metrics).
+
+    ``pretrained``: ``model`` is the pretrained one, whose scores go through the disk cache (:func:`cached_scores`).
+    """
+    return {
+        task: cached_scores(model, scorers[task], rows) if pretrained else scorers[task].score_all(model, rows)
+        for task, rows in data.battery.items()
+    }
 
 
 def pretrained_scores(
@@ -63,11 +69,7 @@ def pretrained_scores(
             if cfg.n_ppl
             else None
         )
-        battery = (
-            {task: cached_scores(loaded.model, scorers[task], rows) for task, rows in data.battery.items()}
-            if cfg.n_ood
-            else {}
-        )
+        battery = battery_scores(loaded.model, data, scorers, pretrained=True) if cfg.n_ood else {}
         ood = battery[data.ood_task][scorers[data.ood_task].metric] if battery else None
         per_model[key] = PretrainedScores(battery, accuracy(primary_values(ood)) if ood is not None else None, probe)
     return per_model[key]

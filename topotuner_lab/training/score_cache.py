@@ -29,6 +29,7 @@ from topotuner_lab._io.errors import InputFileError
 from topotuner_lab._io.json_files import json_digest, read_json
 from topotuner_lab._io.paths import cache_dir
 from topotuner_lab.tasks.metrics import ExampleScores
+from topotuner_lab.training.scoring import TaskScorer
 
 #: bump when the scoring code changes what it returns for the same model, task and rows
 SCORES_VERSION = 1
@@ -53,7 +54,7 @@ def model_digest(model: torch.nn.Module) -> str:
     return _MODEL_DIGESTS[model]
 
 
-def scores_key(model: torch.nn.Module, scorer: Any, rows: Any) -> str:
+def scores_key(model: torch.nn.Module, scorer: TaskScorer, rows: Any) -> str:
     """The key of ``scorer``'s scores of ``model`` on ``rows`` (a dataset or list of row dicts)."""
     tokenizer = scorer.tokenizer
     return json_digest(
@@ -64,7 +65,7 @@ def scores_key(model: torch.nn.Module, scorer: Any, rows: Any) -> str:
             "max_length": scorer.max_length,
             "limits": scorer.limits.to_dict(),
             "tokenizer": [getattr(tokenizer, "name_or_path", ""), len(tokenizer)],
-            "rows": json_digest(list(rows) if not isinstance(rows, list) else rows),
+            "rows": json_digest(list(rows)),
         }
     )
 
@@ -97,7 +98,7 @@ def _read(path: Path, key: str, rows: int) -> ExampleScores | None:
     return {name: np.asarray(values, dtype=dtypes[name]) for name, values in scores.items()}
 
 
-def cached_scores(model: torch.nn.Module, scorer: Any, rows: Any) -> ExampleScores:
+def cached_scores(model: torch.nn.Module, scorer: TaskScorer, rows: Any) -> ExampleScores:
     """``scorer.score_all(model, rows)``, or the verified entry an earlier process stored of it.
 
     Scores of another kind than numbers are computed, not kept; a folder that cannot be written only means the
