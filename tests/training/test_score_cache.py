@@ -94,3 +94,13 @@ def test_off_keeps_nothing_and_an_unwritable_folder_only_warns(tiny_llama, count
     with pytest.warns(UserWarning, match="cannot be written"):
         scores = cached_scores(tiny_llama.model, scorer, _rows())
     assert len(scores["acc"]) == 3
+
+
+def test_a_scalar_buffer_is_part_of_the_weights_digest():
+    """Gemma-style models hold 0-dim buffers (an embedding scale); they digest and a changed scalar changes the key."""
+    model = torch.nn.Linear(2, 2)
+    model.register_buffer("scale", torch.tensor(2.0))
+    before = score_cache.model_digest(model)
+    changed = copy.deepcopy(model)
+    changed.scale.fill_(3.0)
+    assert score_cache.model_digest(changed) != before
