@@ -3,6 +3,9 @@ per-epoch scoring only where a claim reads it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pandas as pd
 import pytest
 
 from topotuner_lab._io.errors import ParameterError
@@ -15,6 +18,7 @@ from topotuner_lab.study.cards import CardKey, _kind_matched_cards
 from topotuner_lab.study.plan import RunKey, RunSpec, arms, plan, run_owner
 from topotuner_lab.study.presets import Preset
 from topotuner_lab.study.protocol import config_for
+from topotuner_lab.study.sequential import look_rows
 from topotuner_lab.study.workspace import WorkDir
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.weights.snapshot import perturb_snapshot
@@ -80,6 +84,7 @@ def test_the_papers_lora_and_spectrum_are_arms_shared_by_every_prior(tmp_path):
         pytest.param({"target_overrides": {"boolq": {"max_len": 9}}}, "target_overrides.boolq", id="bad-field"),
         pytest.param({"lr_grid": {"full": (1e-4,), "profile": (1e-3,)}}, r"no rates for \['lora'", id="no-lora"),
         pytest.param({"margins": {"sst2": -0.1}}, "margins=", id="negative-margin"),
+        pytest.param({"claim_budgets": (0.0025,)}, r"claim_budgets \[0.0025\] are not budgets", id="claim-budget"),
     ],
 )
 def test_grid_fields_are_checked(change, message):
@@ -101,3 +106,18 @@ def test_side_arms_run_only_their_seeds_and_the_claims_arms_run_every_seed():
         assert seeds == ([1, 2, 3] if key.name in sequential else [1]), key.name
     fixed = Preset.from_dict({**capped.to_dict(), "margins": {t: 0.1 for t in capped.target_tasks}})
     assert seeds_of(fixed) == {**side, RunKey("full"): [1]}  # no gain to measure: full FT is a side arm
+
+
+def test_only_the_claim_budgets_cards_run_every_seed_and_decide_a_look():
+    preset = Preset(
+        **{**GRID, "budgets": (0.0025, 0.01), "claim_budgets": (0.01,)}, seeds=(0, 1, 2, 3), side_arm_seeds=2
+    )
+    seeds_of = {
+        key: sorted({s.seed for s in plan(preset) if s.key == key and s.role == "chosen"}) for key in arms(preset)
+    }
+    for strategy in GRID["strategies"]:
+        assert seeds_of[RunKey("profile", strategy, 0.01)] == [1, 2, 3]
+        assert seeds_of[RunKey("profile", strategy, 0.0025)] == [1]  # a budget curve's point, not a decision
+    table = pd.DataFrame({"run": ["full", "a", "b", "lora"], "budget": [None, 0.0025, 0.01, 0.0025]})
+    assert list(look_rows(preset, table)["run"]) == ["full", "b"]
+    assert list(look_rows(replace(preset, claim_budgets=()), table)["run"]) == ["full", "a", "b", "lora"]

@@ -144,11 +144,17 @@ def every_seed(preset: Preset, key: RunKey) -> bool:
     """Whether ``key`` runs every seed of ``preset``: the arms the thesis and control claims read.
 
     Full FT is one of them only while its gain sets a margin: where the preset fixes every target's margin, full FT
-    is a side arm like LoRA (its claims are judged on the side arms' seeds).
+    is a side arm like LoRA (its claims are judged on the side arms' seeds). Cards at a budget outside
+    ``claim_budgets`` are side arms too.
     """
     if key.method == "full":
         return not set(preset.target_tasks) <= set(preset.margins)
-    return key.sequential
+    return key.sequential and claim_budget(preset, key.budget)
+
+
+def claim_budget(preset: Preset, budget: float | None) -> bool:
+    """Whether the thesis and control claims at ``budget`` decide the study (``Preset.claim_budgets``; all if empty)."""
+    return not preset.claim_budgets or budget in preset.claim_budgets
 
 
 def plan(preset: Preset) -> list[RunSpec]:

@@ -173,6 +173,13 @@ class Preset(Config):
         "about them are judged on those; the seeds go to the claims that need them (0: every arm runs every seed)",
         check=NON_NEGATIVE_INT,
     )
+    claim_budgets: tuple[float, ...] = opt(
+        (),
+        "the budgets whose thesis and control cards run every seed and decide whether a look adds seeds; the cards "
+        "of the other budgets are side arms (the first `side_arm_seeds` seeds: a budget curve, not a decision); "
+        "empty: every budget",
+        check=Check(lambda v: isinstance(v, tuple) and all(is_real(b) and 0 < b <= 1 for b in v), "budgets (or none)"),
+    )
     claim_measure: str = opt(
         "accuracy",
         "what the target-score claims compare per test example: accuracy (the task metric), logprob (the gold label's "
@@ -249,6 +256,11 @@ class Preset(Config):
                 f"seed_blocks={blocks} is not a sequence of looks ending at all {len(self.seeds)} seeds",
                 f"give increasing seed counts ending at len(seeds), e.g. seed_blocks=({len(self.seeds) // 2}, "
                 f"{len(self.seeds)})",
+            )
+        if not set(self.claim_budgets) <= set(self.budgets):
+            self.fail(
+                f"claim_budgets {sorted(set(self.claim_budgets) - set(self.budgets))} are not budgets of the preset",
+                f"list only budgets the preset runs ({', '.join(f'{b:g}' for b in self.budgets)})",
             )
         shared = sorted(set(self.sweep_seeds) & set(self.seeds))
         if shared:

@@ -50,7 +50,7 @@ from topotuner_lab.study.plan import (
     transfers,
 )
 from topotuner_lab.study.presets import Preset
-from topotuner_lab.study.sequential import LOOKS_FILE, at_look, looks, open_claims
+from topotuner_lab.study.sequential import LOOKS_FILE, at_look, look_rows, looks, open_claims
 from topotuner_lab.study.weights_facts import record_weights_facts
 from topotuner_lab.study.workspace import (
     WorkDir,
@@ -450,7 +450,7 @@ def _next_look(preset: Preset, ledger: Ledger, seeds: int, records: list[dict[st
     """Judge a look's sequential claims at its level; record it in ``looks.json``; True where seeds are to be added."""
     rules = ClaimRules.of(preset, seeds_run=seeds)
     by_dir: dict[str, Any] = {str(ledger.rows[s]["run_dir"]): res for s, res in ledger.results.items()}
-    table = ledger.table()
+    table = look_rows(preset, ledger.table())
     claims = claim_results(table, lambda run_dir, key: by_dir[run_dir][key], rules) if len(table) else []
     open_ = open_claims(claims)
     more = seeds < len(preset.seeds) and open_ != []

@@ -20,6 +20,7 @@ from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 from scipy.optimize import brentq
 from scipy.stats import multivariate_normal
 
@@ -113,6 +114,13 @@ def looks(preset: Preset) -> list[int]:
 def at_look(preset: Preset, seeds: int) -> Preset:
     """``preset`` cut to its first ``seeds`` seeds: the runs a look plans (a prefix of the whole plan)."""
     return replace(preset, seeds=preset.seeds[:seeds], seed_blocks=())
+
+
+def look_rows(preset: Preset, table: pd.DataFrame) -> pd.DataFrame:
+    """The runs a look judges: every arm but the cards (and matched LoRA) of budgets outside ``claim_budgets``."""
+    if not preset.claim_budgets or "budget" not in table:
+        return table
+    return table[table["budget"].isna() | table["budget"].isin(preset.claim_budgets)]
 
 
 def open_claims(claims: Sequence[ClaimResult]) -> list[ClaimResult] | None:
