@@ -391,3 +391,36 @@ def test_the_preset_record_names_every_machine_a_comparisons_sittings_ran_on(tmp
     assert both == "2 CPU cores, no GPU; 16 CPU cores, NVIDIA H200"
     assert protocol.machines_so_far(record(json.dumps({**preset.to_dict(), "machine": both}))) == both  # named once
     assert protocol.machines_so_far(record("[1, 2")) == "16 CPU cores, NVIDIA H200"  # damaged: nothing earlier
+
+
+@pytest.mark.slow
+def test_the_further_prior_seeds_train_after_the_fine_tunes(tmp_path, monkeypatch):
+    """The cards come from the first prior seed, so the claims' runs are not kept waiting for the others."""
+    from dataclasses import replace
+
+    from topotuner_lab.study import cards, protocol
+    from topotuner_lab.study.presets import PRESETS
+
+    order = []
+    real = protocol.finetune_once
+
+    def recorded(loaded, cfg, log):
+        order.append(("prior", cfg.seed) if cfg.task == "sst2" and cfg.n_val == 0 else ("target", cfg.seed))
+        return real(loaded, cfg, log)
+
+    monkeypatch.setattr(protocol, "finetune_once", recorded)
+    monkeypatch.setattr(cards, "finetune_once", recorded)
+    preset = replace(
+        PRESETS["tiny"],
+        other_models=(),
+        strategies=("high-drift",),
+        constant_lr=(),
+        baselines=(),
+        seeds=(0,),
+        lr_grid={**PRESETS["tiny"].lr_grid, "profile": (1e-3,)},
+        prior_seeds=(0, 1),
+        transfer_rows=0,
+    )
+    protocol.run_study(preset, tmp_path / "s", log=lambda _: None)
+    assert order == [("prior", 0), ("target", 0), ("prior", 1)]
+    assert (tmp_path / "s" / "prior-seeds" / "seed1").is_dir()

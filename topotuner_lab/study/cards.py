@@ -73,15 +73,16 @@ def prior_drift(
     work: WorkDir,
     log: Log,
     recipes: tuple[str, ...],
+    seeds: tuple[int, ...] | None = None,
 ) -> dict[tuple[int, str], pd.DataFrame]:
     """Prior full fine-tunes (one per prior seed) -> their drift tables per recipe, each step reused when verified.
 
     Returns ``(prior seed, recipe) -> table``. A recipe that aggregates over epochs has the prior keep a snapshot
-    per epoch; its table averages the per-epoch tables.
+    per epoch; its table averages the per-epoch tables. ``seeds``: these prior seeds only (None: every one).
     """
     per_epoch = any(RECIPE_CARDS[r][0] != "final" for r in recipes)
     tables: dict[tuple[int, str], pd.DataFrame] = {}
-    for seed in preset.prior_seeds:
+    for seed in preset.prior_seeds if seeds is None else seeds:
         folder = prior_seed_dir(work, preset, seed)
         prior_cfg = replace(
             preset.prior,

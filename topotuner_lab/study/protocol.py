@@ -223,8 +223,9 @@ def check_same_preset(preset: Preset, work: WorkDir, log: Log) -> dict[str, Any]
 def prepare(preset: Preset, work: WorkDir, log: Log) -> tuple[LoadedModel, Cards]:
     """The model and its cards, with everything the long grid needs prepared before it runs.
 
-    That is the pretrained snapshot and noise floor, each prior's drift table and cards, and the further models'
-    drift and noise tables (drift only); every step is reused when verified. A folder of another preset is refused
+    That is the pretrained snapshot and noise floor, each prior's drift table (first prior seed) and cards, and the
+    further models' drift and noise tables (drift only); every step is reused when verified. The other prior seeds
+    come after the fine-tunes (:func:`further_prior_seeds`). A folder of another preset is refused
     before anything is written.
     """
     recorded = check_same_preset(preset, work, log)
@@ -240,7 +241,7 @@ def prepare(preset: Preset, work: WorkDir, log: Log) -> tuple[LoadedModel, Cards
     cards: Cards = {}
     first = preset.prior_seeds[0]
     for prior in preset.prior_tasks:
-        tables = prior_drift(preset, loaded, pre, prior, work, log, preset.recipes)
+        tables = prior_drift(preset, loaded, pre, prior, work, log, preset.recipes, seeds=(first,))
         log(noise_check(tables[first, DEFAULT_RECIPE], noise, preset.metric, warn=True).message)
         by_recipe = {recipe: tables[first, recipe] for recipe in preset.recipes}
         cards.update(cards_for_prior(preset, by_recipe, noise, pre, loaded, prior, work, log))
@@ -255,6 +256,19 @@ def prepare(preset: Preset, work: WorkDir, log: Log) -> tuple[LoadedModel, Cards
         record_weights_facts(folder, preset.prior_tasks)
         del other
     return loaded, cards
+
+
+def further_prior_seeds(preset: Preset, loaded: LoadedModel, work: WorkDir, log: Log) -> None:
+    """The prior fine-tunes and drift tables of every prior seed after the first, for the stability claims.
+
+    The cards come from the first prior seed alone, so these run after the fine-tunes: a sitting spends its first
+    hours on the runs the claims read, and a study cut short still has them.
+    """
+    if len(preset.prior_seeds) < 2:
+        return
+    pre = snapshot_once(loaded, work.pretrained)
+    for prior in preset.prior_tasks:
+        prior_drift(preset, loaded, pre, prior, work, log, preset.recipes, seeds=preset.prior_seeds[1:])
 
 
 def _transfer_record(
@@ -438,6 +452,7 @@ def run_study(
             run_on_dask(ledger, preset.model, cluster, threads or 1)
         if preset.seed_blocks and not _next_look(preset, ledger, seeds, records, log):
             break
+    further_prior_seeds(preset, loaded, work, log)
     # a drift-only comparison (no target task) still writes a results table the report can read
     results = ledger.table()
     save_table(results, work.results)
