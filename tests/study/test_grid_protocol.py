@@ -15,7 +15,7 @@ from topotuner_lab.drift.settings import DriftSettings
 from topotuner_lab.profiles.card import ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import CardSettings, build_profile, kind_composition
 from topotuner_lab.study.cards import CardKey, _kind_matched_cards
-from topotuner_lab.study.plan import RunKey, RunSpec, arms, plan, run_owner
+from topotuner_lab.study.plan import RunKey, RunSpec, arms, every_seed, plan, run_owner
 from topotuner_lab.study.presets import Preset
 from topotuner_lab.study.protocol import config_for
 from topotuner_lab.study.sequential import look_rows
@@ -118,6 +118,8 @@ def test_only_the_claim_budgets_cards_run_every_seed_and_decide_a_look():
     for strategy in GRID["strategies"]:
         assert seeds_of[RunKey("profile", strategy, 0.01)] == [1, 2, 3]
         assert seeds_of[RunKey("profile", strategy, 0.0025)] == [1]  # a budget curve's point, not a decision
+    claims_arm = [every_seed(preset, spec.key) for spec in plan(preset)]
+    assert claims_arm == sorted(claims_arm, reverse=True)  # the runs that decide come first
     table = pd.DataFrame({"run": ["full", "a", "b", "lora"], "budget": [None, 0.0025, 0.01, 0.0025]})
     assert list(look_rows(preset, table)["run"]) == ["full", "b"]
     assert list(look_rows(replace(preset, claim_budgets=()), table)["run"]) == ["full", "a", "b", "lora"]

@@ -2,10 +2,11 @@
 
 A typed :class:`RunKey` per arm and the ordered :class:`RunSpec` list a preset plans (:func:`plan`).
 
-Seeds are the outer loop, so an interrupted comparison has whole seeds done first. With ``Preset.sweep_seeds`` every
-arm first sweeps its rate grid on each sweep seed (runs that are never results), then every seed runs each arm at
-the chosen rate; without them, the first seed sweeps and its run at the chosen rate is its result. Card strategies
-listed in ``Preset.constant_lr`` also run at the chosen rate with a constant schedule, every seed.
+Seeds are the outer loop, so an interrupted comparison has whole seeds done first (with side arms, the claims'
+arms' seeds come first). With ``Preset.sweep_seeds`` every arm first sweeps its rate grid on each sweep seed (runs
+that are never results), then every seed runs each arm at the chosen rate; without them, the first seed sweeps and
+its run at the chosen rate is its result. Card strategies listed in ``Preset.constant_lr`` also run at the chosen
+rate with a constant schedule, every seed.
 """
 
 from __future__ import annotations
@@ -160,7 +161,8 @@ def claim_budget(preset: Preset, budget: float | None) -> bool:
 def plan(preset: Preset) -> list[RunSpec]:
     """Every fine-tune of the comparison, in the order they run (an arm's sweep runs are contiguous, seeds inner).
 
-    With ``side_arm_seeds`` the arms no sequential claim reads (:func:`every_seed`) run only that many seeds.
+    With ``side_arm_seeds`` the arms no sequential claim reads (:func:`every_seed`) run only that many seeds, after
+    every run of the claims' arms: a study cut short has its decisions' runs first.
     """
     specs: list[RunSpec] = []
     for prior, target in transfers(preset) if preset.sweep_seeds else []:
@@ -178,6 +180,8 @@ def plan(preset: Preset) -> list[RunSpec]:
                     specs.append(RunSpec(prior, target, seed, key, "chosen"))
                 if key.strategy in preset.constant_lr:
                     specs.append(RunSpec(prior, target, seed, replace(key, schedule="constant"), "constant"))
+    if preset.side_arm_seeds:
+        specs.sort(key=lambda spec: not every_seed(preset, spec.key))  # stable: plan order within each group
     return specs
 
 
