@@ -289,13 +289,22 @@ def test_extension_needs_a_grid_step_and_stays_a_rate():
     assert extension(_sweep((1e-4, 0.8), (3e-4, 0.7)), (1e-4, 3e-4), cap=0) is None  # the rule switched off
 
 
+def _one_card_tiny(**changes):
+    """The tiny preset cut to one card arm (high drift), no baselines and no second model, with ``changes``."""
+    from dataclasses import replace
+
+    from topotuner_lab.study.presets import PRESETS
+
+    return replace(
+        PRESETS["tiny"], other_models=(), strategies=("high-drift",), constant_lr=(), baselines=(), **changes
+    )
+
+
 @pytest.mark.slow
 def test_run_study_extends_a_sweep_that_ends_on_an_edge(tmp_path, monkeypatch):
     """With validation accuracy falling with the rate, the sweep walks down past the grid until the cap."""
-    from dataclasses import replace
 
     from topotuner_lab.study import protocol
-    from topotuner_lab.study.presets import PRESETS
 
     real = protocol.finetune_once
 
@@ -304,16 +313,7 @@ def test_run_study_extends_a_sweep_that_ends_on_an_edge(tmp_path, monkeypatch):
         return {**res, "val_accuracy": 1 - cfg.learning_rate, "val_logloss": cfg.learning_rate}  # smaller is better
 
     monkeypatch.setattr(protocol, "finetune_once", fake)
-    preset = replace(
-        PRESETS["tiny"],
-        other_models=(),
-        strategies=("high-drift",),
-        constant_lr=(),
-        baselines=(),
-        seeds=(0, 1),
-        lr_extend=1,
-        noise_seeds=(0, 1),
-    )
+    preset = _one_card_tiny(seeds=(0, 1), lr_extend=1, noise_seeds=(0, 1))
     results = protocol.run_study(preset, tmp_path / "ext", log=lambda _: None)
     sweep = results[results["seed"] == 0]
     assert sorted(sweep["lr"]) == pytest.approx([1e-4, 1e-3, 1e-2])  # one grid step (x10) below the grid
@@ -396,7 +396,6 @@ def test_the_preset_record_names_every_machine_a_comparisons_sittings_ran_on(tmp
 @pytest.mark.slow
 def test_the_further_prior_seeds_train_after_the_fine_tunes(tmp_path, monkeypatch):
     """The cards come from the first prior seed, so the claims' runs are not kept waiting for the others."""
-    from dataclasses import replace
 
     from topotuner_lab.study import cards, protocol
     from topotuner_lab.study.presets import PRESETS
@@ -410,16 +409,8 @@ def test_the_further_prior_seeds_train_after_the_fine_tunes(tmp_path, monkeypatc
 
     monkeypatch.setattr(protocol, "finetune_once", recorded)
     monkeypatch.setattr(cards, "finetune_once", recorded)
-    preset = replace(
-        PRESETS["tiny"],
-        other_models=(),
-        strategies=("high-drift",),
-        constant_lr=(),
-        baselines=(),
-        seeds=(0,),
-        lr_grid={**PRESETS["tiny"].lr_grid, "profile": (1e-3,)},
-        prior_seeds=(0, 1),
-        transfer_rows=0,
+    preset = _one_card_tiny(
+        seeds=(0,), lr_grid={**PRESETS["tiny"].lr_grid, "profile": (1e-3,)}, prior_seeds=(0, 1), transfer_rows=0
     )
     protocol.run_study(preset, tmp_path / "s", log=lambda _: None)
     assert order == [("prior", 0), ("target", 0), ("prior", 1)]
