@@ -22,6 +22,7 @@ SCRIPTS = (
     "bench_generation.py",
     "bench_cosine_h1.py",
     "bench_study_dask.py",
+    "bench_score_cache.py",
 )
 TARGETS = """Targets (issues 7 and 12), as ratios on this 2-core machine: exact H0 within 2x of the float64
 distance-matrix floor and >= 3x faster than ripser.py at n >= 1024; whole SmolLM2-135M drift table (H0+H1) >= 5x
