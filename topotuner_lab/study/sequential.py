@@ -26,6 +26,7 @@ from scipy.stats import multivariate_normal
 
 from topotuner_lab._io.errors import ParameterError
 from topotuner_lab.study.claim_ids import ClaimId
+from topotuner_lab.study.plan import claim_budget
 from topotuner_lab.study.stats import EQUIVALENT, HELD, NOT_HELD
 
 if TYPE_CHECKING:
@@ -118,9 +119,9 @@ def at_look(preset: Preset, seeds: int) -> Preset:
 
 def look_rows(preset: Preset, table: pd.DataFrame) -> pd.DataFrame:
     """The runs a look judges: every arm but the cards (and matched LoRA) of budgets outside ``claim_budgets``."""
-    if not preset.claim_budgets or "budget" not in table:
+    if "budget" not in table:
         return table
-    return table[table["budget"].isna() | table["budget"].isin(preset.claim_budgets)]
+    return table[[pd.isna(budget) or claim_budget(preset, budget) for budget in table["budget"]]]
 
 
 def open_claims(claims: Sequence[ClaimResult]) -> list[ClaimResult] | None:

@@ -47,9 +47,9 @@ def model_digest(model: torch.nn.Module) -> str:
     if model not in _MODEL_DIGESTS:
         digest = hashlib.blake2b(digest_size=16)
         for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
-            data = tensor.detach().cpu().contiguous()  # reshape(-1): 0-dim buffers (e.g. a scale) view as bytes too
+            data = tensor.detach().cpu().contiguous()
             digest.update(f"{name}:{data.dtype}:{tuple(data.shape)}".encode())
-            digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())
+            digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())  # reshape: 0-dim buffers view too
         _MODEL_DIGESTS[model] = digest.hexdigest()
     return _MODEL_DIGESTS[model]
 
