@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from topotuner_lab.lab.plots import VERDICT_COLOURS, claims_forest
@@ -37,6 +39,10 @@ def test_the_papers_counts_come_from_the_claims():
     assert paper_speed(CLAIMS) == (
         "A card run takes 48.8% less than full FT (the paper: 20.4%) and 13.0% less than LoRA (the paper: 5.5%) of "
         "the time per epoch, median against median."
+    )
+    slower = [replace(CLAIMS[-1], estimate=1.139)]  # a card run slower than LoRA's: "more", never "-13.9% less"
+    assert paper_speed(slower) == (
+        "A card run takes 13.9% more than LoRA (the paper: 5.5%) of the time per epoch, median against median."
     )
     assert paper_count(CLAIMS[3:]) == "" and paper_speed(CLAIMS[:3]) == ""
     text = claims_section(CLAIMS, "figures/results_claims.png")

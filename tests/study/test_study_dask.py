@@ -130,6 +130,23 @@ def test_dask_path_gives_the_serial_table_and_runs_chosen_rates_after_their_swee
     assert any(line.startswith("run: ") for line in logs)
 
 
+def test_runs_finished_in_an_earlier_sitting_are_recorded_by_the_owner_not_queued(
+    stand_in, threads_cluster, tmp_path, monkeypatch
+):
+    serial = run_study(GRID, tmp_path / "serial", log=lambda _: None)
+    # an earlier sitting finished every run of the second seed: the owner finds their results in their folders
+    earlier = {str((tmp_path / "dask" / d).absolute()) for d in serial.loc[serial["seed"] == 1, "run_dir"]}
+    owner = StandIn()  # the results the owner reads back from those folders
+    monkeypatch.setattr(
+        distributed, "recorded_run", lambda loaded, cfg: owner(loaded, cfg) if cfg.output_dir in earlier else None
+    )
+    stand_in.spans.clear()
+    dask = run_study(GRID, tmp_path / "dask", log=lambda _: None, threads=1, cluster=Cluster(threads_cluster))
+    pd.testing.assert_frame_equal(dask, serial)  # the same rows, the earlier sitting's among them
+    assert set(owner.spans) == earlier  # each read back once, by the owner
+    assert stand_in.spans and not set(stand_in.spans) & earlier  # the workers trained only the unfinished runs
+
+
 def _as_read(table: pd.DataFrame) -> pd.DataFrame:
     """A table as ``results.csv`` reads back (CSV types)."""
     import io

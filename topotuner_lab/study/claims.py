@@ -683,7 +683,7 @@ def paper_speed(claims: list[ClaimResult]) -> str:
     """The speed claims as the paper states them: how much less time per epoch a card run takes (its 20.4% and 5.5%)."""
     paper = {ClaimId.FASTER_THAN_FULL: ("full FT", 20.4), ClaimId.FASTER_THAN_LORA: ("LoRA", 5.5)}
     parts = [
-        f"{100 * (1 - c.estimate):.1f}% less than {name} (the paper: {share}%)"
+        f"{abs(100 * (1 - c.estimate)):.1f}% {'less' if c.estimate <= 1 else 'more'} than {name} (the paper: {share}%)"
         for c in claims
         for claim, (name, share) in paper.items()
         if c.claim == claim

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from topotuner_lab._io.errors import TopoTunerError
 from topotuner_lab.drift.executors import check_jobs, check_scheduler, dask_client
 from topotuner_lab.study.protocol import use_torch_threads
-from topotuner_lab.study.workspace import finetune_once
+from topotuner_lab.study.workspace import finetune_once, recorded_run
 from topotuner_lab.weights.models import load_model
 
 if TYPE_CHECKING:
@@ -79,11 +79,12 @@ def _absolute(cfg: FinetuneConfig) -> FinetuneConfig:
     return replace(cfg, output_dir=str(Path(cfg.output_dir).absolute()), profile=profile)
 
 
-def run_on_dask(ledger: Ledger, model: str | None, cluster: Cluster, threads: int) -> None:
+def run_on_dask(ledger: Ledger, loaded: LoadedModel, model: str | None, cluster: Cluster, threads: int) -> None:
     """Run the ledger's fine-tunes as Dask tasks on ``cluster`` (``threads`` torch threads each), recording each.
 
     Runs are submitted as soon as their rate is known; one whose folder another row's task already trains waits for
-    that task's results.
+    that task's results, and one an earlier sitting finished is recorded here at once (``recorded_run``), so a
+    resumed comparison's ``results.csv`` never loses a finished row while the workers are busy with unfinished ones.
     """
     from dask.distributed import KilledWorker, as_completed
 
@@ -100,6 +101,10 @@ def run_on_dask(ledger: Ledger, model: str | None, cluster: Cluster, threads: in
         while queue or waiting:
             for spec in queue:
                 cfg = _absolute(ledger.config(spec))
+                if cfg.output_dir not in finished and cfg.output_dir not in waiting:
+                    done = recorded_run(loaded, cfg)  # finished in an earlier sitting: recorded here, not queued
+                    if done is not None:
+                        finished[cfg.output_dir] = done
                 if cfg.output_dir in finished:  # a shared run, done already: this row reuses it
                     ledger.record(spec, finished[cfg.output_dir], 0.0)
                 elif cfg.output_dir in waiting:

@@ -449,7 +449,7 @@ def run_study(
         else:
             from topotuner_lab.study.distributed import run_on_dask
 
-            run_on_dask(ledger, preset.model, cluster, threads or 1)
+            run_on_dask(ledger, loaded, preset.model, cluster, threads or 1)
         if preset.seed_blocks and not _next_look(preset, ledger, seeds, records, log):
             break
     further_prior_seeds(preset, loaded, work, log)

@@ -267,13 +267,23 @@ def finetune_once(loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str],
         log(f"run: {out}")
         return run_finetune(loaded, cfg).to_dict()
 
-    return reuse_or_compute(
-        out / "results.json",
-        load_results,
-        run,
-        valid=lambda done: same_training(done) and _weights_kept(done, cfg),
-        log=log,
-    )
+    return reuse_or_compute(out / "results.json", load_results, run, valid=_serves(loaded, cfg), log=log)
+
+
+def _serves(loaded: LoadedModel, cfg: FinetuneConfig) -> Callable[[RunResults], bool]:
+    """Whether a recorded run is ``cfg``'s: same config and card, and the weights ``cfg`` keeps are on disk."""
+    return lambda done: same_config(done, cfg) and _same_card(loaded, done, cfg) and _weights_kept(done, cfg)
+
+
+def recorded_run(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults | None:
+    """The results ``cfg``'s folder already holds for this very config (as :func:`finetune_once` would reuse them).
+
+    Lets the owner of a resumed comparison record a finished run at once, without queueing it behind running ones.
+    """
+    from topotuner_lab.training.results import load_results
+
+    path = Path(cfg.output_dir) / "results.json"
+    return load_results(path) if path.exists() and _recorded(path, _serves(loaded, cfg)) else None
 
 
 def _recorded(path: Path, check: Callable[[RunResults], bool]) -> bool:
