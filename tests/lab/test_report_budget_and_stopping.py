@@ -78,14 +78,22 @@ def test_the_stopping_section_shows_the_comparison_only_when_there_is_one():
 def test_the_budget_curves_section_lists_every_point_and_links_the_figure():
     curves = pd.DataFrame(
         [
-            dict(target="sst2", arm="profile:random@0.0025", curve="random", budget=0.0025, share=0.0024, seeds=3,
-                 score=0.8, low=0.78, high=0.82),
-            dict(target="sst2", arm="full", curve="full", budget=None, share=1.0, seeds=3, score=0.86, low=0.85,
-                 high=0.87),
+            dict(target="sst2", arm="profile:random@0.0025", curve="random", budget=0.0025, share=0.0024,
+                 updated=0.0024, rel_change=0.31, seeds=3, score=0.8, low=0.78, high=0.82),
+            dict(target="sst2", arm="full", curve="full", budget=None, share=1.0, updated=0.93, rel_change=0.012,
+                 seeds=3, score=0.86, low=0.85, high=0.87),
         ]
     )  # fmt: skip
-    text = sections.budget_curves_section(curves, "figures/results_budget_curves.png")
+    text = sections.budget_curves_section(curves, "figures/results_budget_curves.png", "prob")
     assert text.startswith("\n## Budget curves\n")
     assert "![Budget curves](figures/results_budget_curves.png)" in text
     assert "0.800 [0.780, 0.820]" in text and "| full " in text
+    assert "mean test score (gold-label probability)" in text
+    header = next(line for line in text.splitlines() if line.startswith("| target"))
+    assert [c.strip() for c in header.strip("|").split("|")][3:6] == ["Train.%", "Upd.%", "mean rel. change"]
+    full = next(line for line in text.splitlines() if line.startswith("| sst2     | full"))
+    assert [c.strip() for c in full.strip("|").split("|")][3:6] == ["100", "93", "0.012"]
+    assert "Upd.% is the share" in text
+    older = curves.assign(updated=float("nan"), rel_change=float("nan"))  # runs that recorded no Upd.%
+    assert "Upd.%" not in sections.budget_curves_section(older)
     assert sections.budget_curves_section(pd.DataFrame()) == ""

@@ -141,7 +141,10 @@ def test_setup_reports_the_presets_sizes_grids_and_arms():
     )
     assert targets.startswith("Targets: 24 training, 8 validation (carved from the training split), 40 test examples;")
     assert "5 epochs, batch 4, 40 tokens" in targets
-    assert "swept over full 1e-05, 3e-05; lora 0.001; profile 0.0002, 0.002 on the first seed" in rates
+    assert (
+        "swept over full 1e-05, 3e-05; lora 0.001 (one rate: fixed, not tuned here); profile 0.0002, 0.002 on the "
+        "first seed" in rates
+    )
     assert cards.startswith("Cards: high-drift, random ranked by `h0_w1` with `per-point` normalization")
     assert "at budgets 5%, 10% of all parameters" in cards
     assert stopping.startswith("Early stopping: threshold 0.7 on H0 W1")
@@ -399,6 +402,16 @@ def test_lr_section_warns_about_rates_chosen_at_the_grids_edge():
     middle = _results()
     middle.loc[len(middle)] = _row(0, HIGH, 1e-1, False, 0.2, 0.2)  # 1e-2 now lies inside the card's grid
     assert "edge of its grid" not in sections.lr_section(middle)
+
+
+def test_lr_section_calls_a_one_rate_grid_fixed_not_chosen_at_an_edge():
+    one_rate = _results()
+    one_rate = one_rate[(one_rate["run"] != "full") | (one_rate["lr"] == 1e-3)]  # full FT ran its one rate
+    text = sections.lr_section(one_rate)
+    fixed = re.search(r"\*\*Fixed, not swept\*\*: (.*?)\. Each ran", text)
+    assert fixed and fixed.group(1) == "full (0.001)"
+    edge = re.search(r"\*\*Chosen at the edge of its grid\*\*: (.*?)\. The best rate", text)
+    assert edge and edge.group(1) == "profile:high-drift@0.05 (0.01)"  # a real sweep still warns
 
 
 # spread over seeds ---------------------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ def _study(examples: int = 400) -> tuple[pd.DataFrame, dict[str, dict]]:
         for seed in SEEDS:
             run_dir = f"runs/sst2/seed{seed}/{arm}"
             stored[run_dir] = {"test_correct": (rng.random(examples) < acc).astype(int).tolist()}
+            if method != "lora":  # LoRA's runs here predate Upd.%
+                stored[run_dir] |= {"updated_fraction": pct / 100 + seed / 1000, "update_rel_change": 0.1 + seed}
             rows.append(
                 dict(target="sst2", run=arm, seed=seed, run_dir=run_dir, method=method, strategy=strategy,
                      budget=budget, schedule="linear", recipe="default", selected=True, trainable_pct=pct)
@@ -48,6 +50,10 @@ def test_each_arm_is_its_mean_over_seeds_and_examples_with_an_interval_around_it
         assert point["score"] == pytest.approx(acc, abs=0.05)
         assert point["share"] == pytest.approx(pct / 100)
         assert point["seeds"] == len(SEEDS)
+        if arm == "lora:r16":
+            assert np.isnan(point["updated"]) and np.isnan(point["rel_change"])
+        else:
+            assert point["updated"] == pytest.approx(pct / 100 + 0.001) and point["rel_change"] == pytest.approx(1.1)
     assert curves.loc["profile:random@0.01", "curve"] == "random"
     assert curves.loc["lora:r16", "curve"] == "lora (r16, the paper's)"
 

@@ -20,7 +20,16 @@ from topotuner_lab.study.plan import DEFAULT_RECIPE, PAPER_LORA
 from topotuner_lab.study.stats import LEVEL, conservative, seed_level_interval, two_way_bootstrap
 
 #: the columns of :func:`budget_curves`' table
-CURVE_COLUMNS = ("target", "arm", "curve", "budget", "share", "seeds", "score", "low", "high")
+CURVE_COLUMNS = ("target", "arm", "curve", "budget", "share", "updated", "rel_change", "seeds", "score", "low", "high")
+
+
+def _mean_recorded(read: Callable[[str, str], Any], run_dirs: list[str], key: str) -> float:
+    """The mean of a run key over ``run_dirs``, NaN where any run did not record it (runs older than the key)."""
+    try:
+        values = [read(d, key) for d in run_dirs]
+    except KeyError:
+        return float("nan")
+    return float("nan") if any(v is None for v in values) else float(np.mean(values))
 
 
 def _curve(row: pd.Series) -> str:
@@ -41,13 +50,16 @@ def budget_curves(
 
     ``read(run_dir, key)`` returns a key of a run's verified ``results.json`` (as the claims read them); ``measure``
     is a claim measure (``accuracy`` or ``logprob``). ``share`` is the mean ``trainable_pct`` over the arm's seeds
-    as a fraction; ``curve`` names the line (a card strategy) or the reference arm. An arm whose runs did not record
-    the measure is left out. Every seed an arm ran enters its point (arms may have run different seeds).
+    as a fraction (Train.%); ``updated`` the mean share of the model's weights the fine-tune moved by more than 1e-6
+    (the paper's Upd.%, LoRA's merged update included) and ``rel_change`` their mean relative change, NaN for runs
+    that did not record them; ``curve`` names the line (a card strategy) or the reference arm. An arm whose runs did
+    not record the measure is left out. Every seed an arm ran enters its point (arms may have run different seeds).
     """
     rows = []
     for (target, arm), runs in runs_at_chosen_rate(results).groupby(["target", "run"], sort=False):
+        run_dirs = [str(d) for d in runs.sort_values("seed")["run_dir"]]
         try:
-            scores = np.array([measure_values(read, str(d), measure) for d in runs.sort_values("seed")["run_dir"]])
+            scores = np.array([measure_values(read, d, measure) for d in run_dirs])
         except KeyError:
             continue
         zeros = np.zeros_like(scores)  # the interval of mean(a) - 0: one arm's mean over seeds and examples
@@ -61,6 +73,8 @@ def budget_curves(
                 "curve": _curve(first),
                 "budget": first["budget"],
                 "share": float(runs["trainable_pct"].mean()) / 100,
+                "updated": _mean_recorded(read, run_dirs, "updated_fraction"),
+                "rel_change": _mean_recorded(read, run_dirs, "update_rel_change"),
                 "seeds": len(runs),
                 "score": interval.estimate,
                 "low": interval.low,

@@ -36,7 +36,7 @@ def render(
         ),
         sections.claims_section(study.claims, claims_figure),
         sections.sizing_section(study.sizes, results, preset.margin_share),
-        sections.budget_curves_section(study.curves, curves_figure),
+        sections.budget_curves_section(study.curves, curves_figure, preset.claim_measure),
         sections.transfer_section(study.transfer_checks),
         sections.transfer_matrix_section(study.matrix, matrix_figure, study.transfer_checks),
         sections.seed_picks_section(study.seed_picks, preset.strategies[0], preset.budgets[0]),

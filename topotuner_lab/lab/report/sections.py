@@ -310,13 +310,15 @@ def lr_section(results: pd.DataFrame, criterion: str = "logloss") -> str:
     chosen = linear[linear["selected"].astype(bool)].groupby(keys, sort=False)["lr"].first().rename("chosen lr")
     table = sweep.join(chosen).reset_index()
     grid = swept.groupby(keys, sort=False)["lr"].agg(["min", "max"])
-    at_edge = chosen[(chosen == grid["min"].reindex(chosen.index)) | (chosen == grid["max"].reindex(chosen.index))]
+    low, high = grid["min"].reindex(chosen.index), grid["max"].reindex(chosen.index)
+    at_edge, fixed = chosen[((chosen == low) | (chosen == high)) & (low < high)], chosen[low == high]
     return prose.render(
         "learning_rates",
         label=label,
         seeds=sorted(swept["seed"].unique()),
         table=table,
         edges=[(run, lr) for (_, _, run), lr in at_edge.items()],
+        fixed=[(run, lr) for (_, _, run), lr in fixed.items()],
     )
 
 
@@ -364,19 +366,27 @@ def stopping_section(
     return prose.render("stopping", table=table, rule=rule, gap=gap, compared=compared)
 
 
-def budget_curves_section(curves: pd.DataFrame, figure: str | None = None) -> str:
-    """Each arm's score against the share of the model it trains, one point per budget (two budgets or more)."""
+def budget_curves_section(curves: pd.DataFrame, figure: str | None = None, measure: str = "accuracy") -> str:
+    """Each arm's score against the share of the model it trains, one point per budget (two budgets or more).
+
+    Upd.% and the mean relative change stand beside Train.% where the runs recorded them.
+    """
     if curves.empty:
         return ""
     table = curves.assign(
         **{
             "Train.%": curves["share"] * 100,
+            "Upd.%": curves["updated"] * 100,
+            "mean rel. change": curves["rel_change"],
             "score [95% CI]": [
                 f"{e:.3f} [{lo:.3f}, {hi:.3f}]" for e, lo, hi in zip(curves["score"], curves["low"], curves["high"])
             ],
         }
-    )[["target", "curve", "budget", "Train.%", "seeds", "score [95% CI]"]]
-    return prose.render("budget_curves", table=table, figure=figure)
+    )
+    updates = ["Upd.%", "mean rel. change"] if table["Upd.%"].notna().any() else []
+    table = table[["target", "curve", "budget", "Train.%", *updates, "seeds", "score [95% CI]"]]
+    label = MEASURE_LABELS.get(measure, "test accuracy")
+    return prose.render("budget_curves", table=table, figure=figure, measure=label, updates=bool(updates))
 
 
 def normalization_section(
