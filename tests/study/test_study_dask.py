@@ -25,6 +25,7 @@ from topotuner_lab.cli import main
 from topotuner_lab.drift.executors import dask_client
 from topotuner_lab.study.cards import CardKey
 from topotuner_lab.study.distributed import Cluster
+from topotuner_lab.study.plan import arms, every_seed
 from topotuner_lab.study.presets import PRESETS
 from topotuner_lab.study.protocol import run_study
 
@@ -45,13 +46,14 @@ GRID = replace(
 class StandIn:
     """A fine-tune that takes a moment and scores by its config alone; it records when each run folder trained."""
 
-    def __init__(self) -> None:
+    def __init__(self, seconds: float = 0.05) -> None:
+        self.seconds = seconds
         self.spans: dict[str, list[tuple[float, float]]] = {}
         self.lock = threading.Lock()
 
     def __call__(self, loaded, cfg, log=lambda _: None):
         start = time.perf_counter()
-        time.sleep(0.05)
+        time.sleep(self.seconds)
         # the card prefers the highest rate of its grid, the others the lowest: every sweep is extended
         logloss = 1 + 0.1 * cfg.seed + (-1 if cfg.method == "profile" else 1) * math.log10(cfg.learning_rate) / 10
         res = {
@@ -145,6 +147,38 @@ def test_runs_finished_in_an_earlier_sitting_are_recorded_by_the_owner_not_queue
     pd.testing.assert_frame_equal(dask, serial)  # the same rows, the earlier sitting's among them
     assert set(owner.spans) == earlier  # each read back once, by the owner
     assert stand_in.spans and not set(stand_in.spans) & earlier  # the workers trained only the unfinished runs
+
+
+def test_a_free_worker_takes_the_claims_runs_before_side_arms_submitted_earlier(stand_in, tmp_path):
+    """One worker: the side arms' sweeps are queued first, yet every run of the claims' arms starts before them.
+
+    Each stand-in run lasts long enough for the owner to submit an arm's chosen runs once its sweep is recorded (a
+    real run lasts minutes): the order then comes from the priorities alone.
+    """
+    from dask.distributed import LocalCluster
+
+    stand_in.seconds = 0.4
+    preset = replace(
+        GRID,
+        prior_tasks=("sst2",),
+        strategies=("high-drift", "low-drift", "random"),
+        seeds=(0, 1, 2),
+        side_arm_seeds=1,
+        margins={"agnews": 0.1},  # full FT is a side arm then, like LoRA
+        lr_extend=0,
+        constant_lr=(),
+    )
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        table = run_study(
+            preset, tmp_path / "out", log=lambda _: None, threads=1, cluster=Cluster(cluster.scheduler_address)
+        )
+    claims = {k.name for k in arms(preset) if every_seed(preset, k)}
+    started = {
+        run_dir: stand_in.spans[str((tmp_path / "out" / run_dir).absolute())][0][0] for run_dir in table["run_dir"]
+    }
+    claim_starts = [started[d] for d, run in zip(table["run_dir"], table["run"]) if run in claims]
+    side_starts = [started[d] for d, run in zip(table["run_dir"], table["run"]) if run not in claims]
+    assert claims and side_starts and max(claim_starts) < min(side_starts)
 
 
 def _as_read(table: pd.DataFrame) -> pd.DataFrame:

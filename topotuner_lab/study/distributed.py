@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 #: times a fine-tune that raised an error on a live worker is run again (a worker's death is the scheduler's count)
 RETRIES = 2
+#: Dask's setting of how many tasks a worker is sent per thread (on a cluster made here; an address: its own)
+SATURATION = "distributed.scheduler.worker-saturation"
 
 
 class WorkerLostError(TopoTunerError):
@@ -85,12 +87,16 @@ def run_on_dask(ledger: Ledger, loaded: LoadedModel, model: str | None, cluster:
     Runs are submitted as soon as their rate is known; one whose folder another row's task already trains waits for
     that task's results, and one an earlier sitting finished is recorded here at once (``recorded_run``), so a
     resumed comparison's ``results.csv`` never loses a finished row while the workers are busy with unfinished ones.
+    A free worker takes the queued run that comes first in the plan (Dask priorities), so a run whose rate became
+    known late still goes before a side arm's runs submitted earlier: the claims' runs come first here too.
     """
+    import dask
     from dask.distributed import KilledWorker, as_completed
 
     if model is not None and Path(model).exists():  # a model folder or file: the same path on every worker
         model = str(Path(model).absolute())
-    with dask_client(cluster.scheduler, cluster.jobs, gpus=cluster.gpu) as client:
+    # a worker holds only the run it trains (no second one queued on it): the next run is the scheduler's choice
+    with dask.config.set({SATURATION: 1.0}), dask_client(cluster.scheduler, cluster.jobs, gpus=cluster.gpu) as client:
         ledger.progress.parallel = max(len(client.scheduler_info()["workers"]), 1)
         resources = {"GPU": 1} if cluster.gpu else None
         waiting: dict[str, list[RunSpec]] = {}  # run folder -> the rows its task serves, in the order they came
@@ -122,6 +128,7 @@ def run_on_dask(ledger: Ledger, loaded: LoadedModel, model: str | None, cluster:
                             resources=resources,
                             retries=RETRIES,
                             pure=False,
+                            priority=-ledger.specs.index(spec),  # a free worker takes the earliest planned run
                         )
                     )
             queue = ledger.take()
