@@ -149,11 +149,15 @@ def test_runs_finished_in_an_earlier_sitting_are_recorded_by_the_owner_not_queue
     assert stand_in.spans and not set(stand_in.spans) & earlier  # the workers trained only the unfinished runs
 
 
-def test_a_free_worker_takes_the_claims_runs_before_side_arms_submitted_earlier(stand_in, tmp_path):
+@pytest.mark.parametrize("resumed", [False, True], ids=["fresh", "resumed"])
+def test_a_free_worker_takes_the_claims_runs_before_side_arms_submitted_earlier(
+    stand_in, tmp_path, monkeypatch, resumed
+):
     """One worker: the side arms' sweeps are queued first, yet every run of the claims' arms starts before them.
 
     Each stand-in run lasts long enough for the owner to submit an arm's chosen runs once its sweep is recorded (a
-    real run lasts minutes): the order then comes from the priorities alone.
+    real run lasts minutes): the order then comes from the priorities alone. Resumed: an earlier sitting finished
+    the claims' sweeps, so their chosen runs are known at once and go before the side arms' sweeps.
     """
     from dask.distributed import LocalCluster
 
@@ -168,17 +172,28 @@ def test_a_free_worker_takes_the_claims_runs_before_side_arms_submitted_earlier(
         lr_extend=0,
         constant_lr=(),
     )
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
-        table = run_study(
-            preset, tmp_path / "out", log=lambda _: None, threads=1, cluster=Cluster(cluster.scheduler_address)
-        )
     claims = {k.name for k in arms(preset) if every_seed(preset, k)}
-    started = {
-        run_dir: stand_in.spans[str((tmp_path / "out" / run_dir).absolute())][0][0] for run_dir in table["run_dir"]
+    out = tmp_path / "out"
+    if resumed:
+        serial = run_study(preset, tmp_path / "serial", log=lambda _: None)
+        sweeps = serial[serial["run"].isin(claims) & (serial["role"] == "sweep")]
+        earlier = {str((out / d).absolute()) for d in sweeps["run_dir"]}
+        owner = StandIn(seconds=0)
+        monkeypatch.setattr(
+            distributed, "recorded_run", lambda loaded, cfg: owner(loaded, cfg) if cfg.output_dir in earlier else None
+        )
+        stand_in.spans.clear()
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        table = run_study(preset, out, log=lambda _: None, threads=1, cluster=Cluster(cluster.scheduler_address))
+    trained = {
+        d: stand_in.spans[str((out / d).absolute())][0][0]
+        for d in table["run_dir"]
+        if str((out / d).absolute()) in stand_in.spans
     }
-    claim_starts = [started[d] for d, run in zip(table["run_dir"], table["run"]) if run in claims]
-    side_starts = [started[d] for d, run in zip(table["run_dir"], table["run"]) if run not in claims]
-    assert claims and side_starts and max(claim_starts) < min(side_starts)
+    claim_starts = [trained[d] for d, run in zip(table["run_dir"], table["run"]) if run in claims and d in trained]
+    side_starts = [trained[d] for d, run in zip(table["run_dir"], table["run"]) if run not in claims]
+    assert claim_starts and side_starts and max(claim_starts) < min(side_starts)
+    assert len(trained) == len(table) - (len(earlier) if resumed else 0)
 
 
 def _as_read(table: pd.DataFrame) -> pd.DataFrame:

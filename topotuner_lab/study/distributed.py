@@ -105,34 +105,38 @@ def run_on_dask(ledger: Ledger, loaded: LoadedModel, model: str | None, cluster:
         completed = as_completed()
         queue = ledger.take()
         while queue or waiting:
-            for spec in queue:
-                cfg = _absolute(ledger.config(spec))
-                if cfg.output_dir not in finished and cfg.output_dir not in waiting:
-                    done = recorded_run(loaded, cfg)  # finished in an earlier sitting: recorded here, not queued
-                    if done is not None:
-                        finished[cfg.output_dir] = done
-                if cfg.output_dir in finished:  # a shared run, done already: this row reuses it
-                    ledger.record(spec, finished[cfg.output_dir], 0.0)
-                elif cfg.output_dir in waiting:
-                    waiting[cfg.output_dir].append(spec)
-                else:
-                    key = f"finetune-{uuid.uuid4().hex[:12]}"
-                    folders[key], waiting[cfg.output_dir] = cfg.output_dir, [spec]
-                    completed.add(
-                        client.submit(
-                            finetune_task,
-                            model,
-                            cfg,
-                            threads,
-                            key=key,
-                            resources=resources,
-                            retries=RETRIES,
-                            pure=False,
-                            priority=-ledger.specs.index(spec),  # a free worker takes the earliest planned run
-                        )
+            new: list[tuple[int, str, FinetuneConfig]] = []  # (plan position, task key, config) to submit
+            while queue:  # a row found done frees the rows after it (its arm's rate): they are sorted out first
+                for spec in queue:
+                    cfg = _absolute(ledger.config(spec))
+                    if cfg.output_dir not in finished and cfg.output_dir not in waiting:
+                        done = recorded_run(loaded, cfg)  # finished in an earlier sitting: recorded here, not queued
+                        if done is not None:
+                            finished[cfg.output_dir] = done
+                    if cfg.output_dir in finished:  # a shared run, done already: this row reuses it
+                        ledger.record(spec, finished[cfg.output_dir], 0.0)
+                    elif cfg.output_dir in waiting:
+                        waiting[cfg.output_dir].append(spec)
+                    else:
+                        key = f"finetune-{uuid.uuid4().hex[:12]}"
+                        folders[key], waiting[cfg.output_dir] = cfg.output_dir, [spec]
+                        new.append((ledger.specs.index(spec), key, cfg))
+                queue = ledger.take()
+            for position, key, cfg in sorted(new, key=lambda n: n[0]):
+                completed.add(
+                    client.submit(
+                        finetune_task,
+                        model,
+                        cfg,
+                        threads,
+                        key=key,
+                        resources=resources,
+                        retries=RETRIES,
+                        pure=False,
+                        priority=-position,  # a free worker takes the earliest planned run
                     )
-            queue = ledger.take()
-            if queue or not waiting:
+                )
+            if not waiting:
                 continue
             future = next(completed)
             folder = folders.pop(future.key)
