@@ -261,7 +261,7 @@ def finetune_once(loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str],
     def run() -> RunResults:
         # a stale run's checkpoints belong to another config or card; a run stale only for its missing weights keeps
         # them (they are an interrupted retrain's)
-        if (out / "results.json").exists() and not _recorded(out / "results.json", same_training):
+        if (out / "results.json").exists() and _recorded(out / "results.json", same_training) is None:
             for checkpoint in out.glob("checkpoint-*"):
                 shutil.rmtree(checkpoint)
         log(f"run: {out}")
@@ -280,20 +280,19 @@ def recorded_run(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults | None:
 
     Lets the owner of a resumed comparison record a finished run at once, without queueing it behind running ones.
     """
-    from topotuner_lab.training.results import load_results
-
     path = Path(cfg.output_dir) / "results.json"
-    return load_results(path) if path.exists() and _recorded(path, _serves(loaded, cfg)) else None
+    return _recorded(path, _serves(loaded, cfg)) if path.exists() else None
 
 
-def _recorded(path: Path, check: Callable[[RunResults], bool]) -> bool:
-    """Whether the results file at ``path`` reads cleanly and passes ``check``."""
+def _recorded(path: Path, check: Callable[[RunResults], bool]) -> RunResults | None:
+    """The results file at ``path`` where it reads cleanly and passes ``check`` (read once), else None."""
     from topotuner_lab.training.results import load_results
 
     try:
-        return check(load_results(path))
+        done = load_results(path)
     except TopoTunerError:
-        return False
+        return None
+    return done if check(done) else None
 
 
 def drift_table_once(
