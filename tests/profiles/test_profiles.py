@@ -114,6 +114,11 @@ def test_a_rebuilt_card_keeps_the_file_it_matches_and_replaces_one_it_does_not(s
     first = path.read_bytes()
     rebuilt = replace(card, created="2030-01-01T00:00:00+00:00")  # a resumed study builds it again, later
     assert rebuilt.save_unless_same(path) == path and path.read_bytes() == first
+    rounded = [{**r, "score": r["score"] * (1 + 1e-13)} for r in card.ranking]  # another CPU's last bits
+    assert replace(card, ranking=rounded).save_unless_same(path) == path and path.read_bytes() == first
+    moved = [{**r, "score": r["score"] * (1 + 1e-6)} for r in card.ranking]  # a score that really differs
+    replace(card, ranking=moved).save_unless_same(path)
+    assert ProfileCard.load(path).ranking == moved
     changed = replace(rebuilt, stop_threshold=0.3)
     changed.save_unless_same(path)
     assert ProfileCard.load(path) == changed

@@ -415,3 +415,35 @@ def test_the_further_prior_seeds_train_after_the_fine_tunes(tmp_path, monkeypatc
     protocol.run_study(preset, tmp_path / "s", log=lambda _: None)
     assert order == [("prior", 0), ("target", 0), ("prior", 1)]
     assert (tmp_path / "s" / "prior-seeds" / "seed1").is_dir()
+
+
+@pytest.mark.slow
+def test_a_ledger_resumed_without_the_prior_weights_keeps_its_tables_and_cards(tmp_path):
+    """A clone of a ledger (no weights, maybe another CPU) goes on from its verified tables, not a retrained prior."""
+    from dataclasses import replace
+
+    from topotuner_lab.study.presets import PRESETS
+    from topotuner_lab.study.protocol import WorkDir, prepare
+
+    preset = replace(
+        PRESETS["tiny-selectors"], other_models=(), strategies=("high-drift", "random", "relchange"), prior_seeds=(0,)
+    )
+    work = WorkDir(tmp_path)
+    prepare(preset, work, log=lambda _: None)
+    kept = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.suffix in (".json", ".md", ".parquet")}
+    for weights in work.prior_run("sst2").glob("*.safetensors"):  # git keeps no weights
+        weights.unlink()
+    said: list[str] = []
+    prepare(preset, work, log=said.append)
+    assert any(line.startswith("kept from the ledger:") for line in said)
+    assert not any(line.startswith("run:") for line in said)  # the prior did not train again
+    assert any("relative change of the sst2 prior read from its relchange cards" in line for line in said)
+    assert {p: p.read_bytes() for p in kept} == kept  # results, tables and cards as they were
+
+    facts = json.loads(work.weights_facts.read_text())
+    facts["finetuned"]["sst2"]["weights_hash"] = "0" * 32  # a table no longer names the prior's recorded weights
+    work.weights_facts.write_text(json.dumps(facts))
+    said.clear()
+    prepare(preset, work, log=said.append)
+    assert any("train the prior again" in line and "not computed from the prior's recorded" in line for line in said)
+    assert any(line.startswith("run:") for line in said)

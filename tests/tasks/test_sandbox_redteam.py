@@ -21,15 +21,12 @@ import psutil
 import pytest
 
 import topotuner_lab
-from tests.tasks.test_sandbox import _marked
+from tests.tasks.test_sandbox import _marked, needs_bwrap
 from topotuner_lab.tasks.loading import data_dir, load_task
-from topotuner_lab.tasks.sandbox import SandboxLimits, _memory_parent, isolation_problem, run_program
+from topotuner_lab.tasks.sandbox import SandboxLimits, _memory_parent, run_program
 from topotuner_lab.training.scoring import TaskScorer
 
-pytestmark = pytest.mark.skipif(
-    isolation_problem() is not None and not os.environ.get("CI"),  # CI installs bubblewrap: there this must fail
-    reason=f"no sandbox here: {isolation_problem()}",
-)
+pytestmark = needs_bwrap
 FAST = SandboxLimits(timeout_s=5.0, cpu_s=3, memory_mb=512)
 ROOT = pytest.mark.skipif(os.getuid() != 0, reason="runs as root, as CI does")
 SYSTEM_PYTHON = "/usr/bin/python3"

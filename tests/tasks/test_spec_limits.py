@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.tasks.test_sandbox import needs_bwrap
 from topotuner_lab._io.errors import TaskError
 from topotuner_lab.drift.settings import read_recipe
 from topotuner_lab.study.presets import get_preset
@@ -194,6 +195,7 @@ def test_the_time_limit_counts_the_renders_cpu_time_not_a_loaded_machines_wall_t
     assert time.monotonic() - started > TIME_LIMIT_S  # the old wall-clock deadline refused this render
 
 
+@needs_bwrap  # the programs run in the sandbox
 def test_an_answer_that_takes_a_program_template_past_a_limit_scores_as_a_failed_program(tmp_path):
     # the target renders 1,000 times within the limits at load; a 20,000-character answer would be 20 million
     spec = _spec(tmp_path, "repeat", "doc_to_program: '{{ completion * 1000 }}'\nmetric_list: [{metric: pass@1}]\n")

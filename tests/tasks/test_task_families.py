@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from tests.tasks.test_sandbox import needs_bwrap
 from topotuner_lab._io.errors import TaskError
 from topotuner_lab.tasks.loading import load_task
 from topotuner_lab.tasks.registry import TASKS, read_spec
@@ -61,6 +62,7 @@ def test_reference_answers_get_full_marks_and_wrong_ones_none():
     assert _scores("gsm8k", gsm8k, list(gsm8k["target"]))["exact_match"].tolist() == [1.0] * 10
 
 
+@needs_bwrap  # the programs run in the sandbox
 @pytest.mark.parametrize("task", ["mbpp", "humaneval"])
 def test_reference_programs_pass_and_broken_ones_fail(task):
     rows = load_task(task, "test", 6, 0)

@@ -62,6 +62,8 @@ NORMALIZATIONS: tuple[str, ...] = ("raw", "per-point", "relative", "noise-z")
 #: the normalization cards use unless told otherwise (raw W ranks big matrices high by size alone)
 DEFAULT_NORMALIZATION = "per-point"
 REBUILD = "rebuild the card with `topotuner-lab profile`"
+#: scores closer than this (relative) are one score computed with other rounding (:meth:`ProfileCard.same_as`)
+SCORE_RTOL = 1e-9
 
 COUNT = NON_NEGATIVE_INT
 SHAPES = Check(
@@ -364,22 +366,37 @@ class ProfileCard(Config):
         return path
 
     def save_unless_same(self, path: str | os.PathLike[str]) -> Path:
-        """:meth:`save`, but keep a card already at ``path`` that differs from this one only in its ``created`` time.
+        """:meth:`save`, but keep a card already at ``path`` that is :meth:`same_as` this one.
 
-        A resumed study rebuilds its cards; an unchanged card keeps the file (and the time) it was first made with. A
-        file of an older schema is written afresh in the current one.
+        A resumed study rebuilds its cards; an unchanged card keeps the file (and the time) it was first made with,
+        also where another CPU rounds its scores differently in the last bits. A file of an older schema is written
+        afresh in the current one.
         """
         path = Path(path)
         if path.is_file() and path.with_suffix(".md").is_file():
             try:
                 data = _card_json(path)
-                same = replace(ProfileCard.from_dict(data, str(path)), created=self.created) == self
+                same = self.same_as(ProfileCard.from_dict(data, str(path)))
                 same = same and data.get("schema_version") == self.schema_version  # from_dict checked it is a dict
             except TopoTunerError:  # unreadable or invalid: written afresh
                 same = False
             if same:
                 return path
         return self.save(path)
+
+    def same_as(self, other: ProfileCard) -> bool:
+        """Whether ``other`` is this card but for its ``created`` time and scores rounded apart (relative 1e-9).
+
+        The same selection ranked in the same order from the same inputs: a score computed on another CPU (an SVD, a
+        float sum in another order) can differ in its last bits, which is no reason to call a card another.
+        """
+        ours, theirs = [r["pid"] for r in self.ranking], [r["pid"] for r in other.ranking]
+        close = ours == theirs and bool(
+            np.allclose(
+                [r["score"] for r in self.ranking], [r["score"] for r in other.ranking], rtol=SCORE_RTOL, atol=0.0
+            )
+        )
+        return close and replace(other, created=self.created, ranking=self.ranking) == self
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "card") -> ProfileCard:

@@ -18,9 +18,10 @@ import pandas as pd
 
 from topotuner_lab._io.errors import ParameterError
 from topotuner_lab.drift.settings import DriftSettings
-from topotuner_lab.drift.signals import SIGNALS, with_relchange, with_signals
+from topotuner_lab.drift.signals import SIGNALS, with_signals
 from topotuner_lab.profiles.card import FIXED_RANKINGS, ModelIdentity, ProfileCard
 from topotuner_lab.profiles.select import CardSettings, build_profile, kind_composition
+from topotuner_lab.study.ledger_prior import RELCHANGE, kept_prior_tables, ledger_relchange
 from topotuner_lab.study.plan import DEFAULT_RECIPE
 from topotuner_lab.study.presets import RECIPE_CARDS, RECIPE_STRATEGIES, Preset
 from topotuner_lab.study.workspace import (
@@ -97,10 +98,17 @@ def prior_drift(
             stop_threshold=None,
             n_val=0,
         )
+        specs = [
+            (recipe, folder.recipe(recipe).drift_table(prior), drift_settings(preset, recipe), RECIPE_CARDS[recipe][0])
+            for recipe in recipes
+        ]
+        relchange_from = folder if seed == preset.prior_seeds[0] and RELCHANGE in preset.strategies else None
+        kept = kept_prior_tables(folder, prior_cfg, pre, specs, log, relchange_from=relchange_from)
+        if kept is not None:  # a ledger resumed without the prior's weights: its verified tables, not a retrain
+            tables.update({(seed, recipe): table for recipe, table in kept.items()})
+            continue
         res = finetune_once(loaded, prior_cfg, log)
-        for recipe in recipes:
-            settings, path = drift_settings(preset, recipe), folder.recipe(recipe).drift_table(prior)
-            aggregation = RECIPE_CARDS[recipe][0]
+        for recipe, path, settings, aggregation in specs:
             if aggregation == "final":
                 after = load_snapshot(run_snapshot(res, prior_cfg.output_dir))
                 tables[seed, recipe] = drift_table_once(pre, after, path, settings, log=log)
@@ -156,9 +164,8 @@ def cards_for_prior(
     cards: Cards = {}
     if any(s in FIXED_RANKINGS and FIXED_RANKINGS[s][0] in SIGNALS for s in preset.strategies):
         tables = {recipe: with_signals(table, pre) for recipe, table in tables.items()}  # once: an SVD per matrix
-    if "relchange" in preset.strategies:  # the authors' element-wise relative change of the prior fine-tune
-        after = load_snapshot(work.finetuned(prior))
-        tables = {**tables, DEFAULT_RECIPE: with_relchange(tables[DEFAULT_RECIPE], pre, after)}
+    if RELCHANGE in preset.strategies:  # the authors' element-wise relative change of the prior fine-tune
+        tables = {**tables, DEFAULT_RECIPE: ledger_relchange(tables[DEFAULT_RECIPE], pre, prior, work, log)}
     gradients: dict[str, pd.DataFrame] = {}
     stratified = any(s in RECIPE_STRATEGIES for s in preset.strategies)  # random controls drawn per seed below
     for recipe, strategy, budget in _card_specs(preset):

@@ -211,7 +211,7 @@ def run_epoch_snapshots(done: RunResults, folder: str | os.PathLike[str]) -> lis
     return [Path(folder) / Path(path).name for path in done.get("epoch_snapshots") or []]
 
 
-def _weights_kept(done: RunResults, cfg: FinetuneConfig) -> bool:
+def weights_kept(done: RunResults, cfg: FinetuneConfig) -> bool:
     """Whether the snapshots ``cfg`` asks a run to keep are in its folder.
 
     A run folder restored from its results alone (no weights) has to train again for later steps to read them.
@@ -272,7 +272,7 @@ def finetune_once(loaded: LoadedModel, cfg: FinetuneConfig, log: Callable[[str],
 
 def _serves(loaded: LoadedModel, cfg: FinetuneConfig) -> Callable[[RunResults], bool]:
     """Whether a recorded run is ``cfg``'s: same config and card, and the weights ``cfg`` keeps are on disk."""
-    return lambda done: same_config(done, cfg) and _same_card(loaded, done, cfg) and _weights_kept(done, cfg)
+    return lambda done: same_config(done, cfg) and _same_card(loaded, done, cfg) and weights_kept(done, cfg)
 
 
 def recorded_run(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults | None:
@@ -282,6 +282,11 @@ def recorded_run(loaded: LoadedModel, cfg: FinetuneConfig) -> RunResults | None:
     """
     path = Path(cfg.output_dir) / "results.json"
     return _recorded(path, _serves(loaded, cfg)) if path.exists() else None
+
+
+def recorded_config(path: Path, cfg: FinetuneConfig) -> RunResults | None:
+    """The results at ``path`` where they record ``cfg`` (weights or not: see :func:`weights_kept`), else None."""
+    return _recorded(path, lambda done: same_config(done, cfg))
 
 
 def _recorded(path: Path, check: Callable[[RunResults], bool]) -> RunResults | None:
@@ -310,8 +315,6 @@ def drift_table_once(
     ``settings`` (``log`` says which, and why a table is computed again: a retrained prior whose weights differ);
     ``kwargs`` go to :func:`~topotuner_lab.drift.compute.drift_table`.
     """
-    import json
-
     from topotuner_lab.drift.compute import drift_table
     from topotuner_lab.drift.settings import DriftSettings
     from topotuner_lab.drift.tables import load_table, save_table
@@ -326,14 +329,25 @@ def drift_table_once(
         return table
 
     def valid(table: pd.DataFrame) -> bool:
-        return (
-            table.attrs.get("before_hash") == before.weights_hash
-            and table.attrs.get("after_hash") == after.weights_hash
-            and table.attrs.get("settings") == json.dumps(settings.key())
-            and list(table["pid"]) == wanted
+        return table_made_from(table, before.weights_hash, settings, wanted) and (
+            table.attrs.get("after_hash") == after.weights_hash
         )
 
     return reuse_or_compute(path, load_table, compute, valid=valid, log=log)
+
+
+def table_made_from(table: pd.DataFrame, before_hash: str, settings: DriftSettings, pids: Sequence[str]) -> bool:
+    """Whether a drift table records these pretrained weights and drift settings and holds exactly ``pids``.
+
+    The check of its fine-tuned side (one ``after_hash``, or ``after_hashes`` per epoch) is the caller's.
+    """
+    import json
+
+    return (
+        table.attrs.get("before_hash") == before_hash
+        and table.attrs.get("settings") == json.dumps(settings.key())
+        and list(table["pid"]) == list(pids)
+    )
 
 
 def noise_tables_once(
@@ -376,8 +390,6 @@ def epoch_drift_once(
     at :func:`epoch_table_path`), then aggregated (:func:`~topotuner_lab.drift.tables.aggregate_epochs`) and written.
     ``kwargs`` go to :func:`~topotuner_lab.drift.compute.drift_table`.
     """
-    import json
-
     from topotuner_lab._io.errors import ParameterError
     from topotuner_lab.drift.settings import DriftSettings
     from topotuner_lab.drift.tables import AGGREGATIONS, aggregate_epochs, load_table, save_table
@@ -406,9 +418,7 @@ def epoch_drift_once(
         return (
             table.attrs.get("aggregation") == aggregation
             and table.attrs.get("after_hashes") == hashes
-            and table.attrs.get("before_hash") == before.weights_hash
-            and table.attrs.get("settings") == json.dumps(settings.key())
-            and list(table["pid"]) == wanted
+            and table_made_from(table, before.weights_hash, settings, wanted)
         )
 
     return reuse_or_compute(path, load_table, compute, valid=valid, log=log)
