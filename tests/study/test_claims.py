@@ -242,9 +242,25 @@ def test_timings_from_different_machines_are_not_judged():
     assert {c.claim: c for c in claim_results(results, correct)}[faster].verdict == HELD  # 6 s vs 10 s, one machine
     results["machine"] = np.where(results["run"] == "full", "2 CPU cores, no GPU", "16 CPU cores, NVIDIA H200")
     speed = {c.claim: c for c in claim_results(results, correct)}[faster]
-    assert speed.verdict == "not testable here" and speed.setting == "all settings, timed on 2 machines"
+    assert speed.verdict == "not testable here"
+    assert speed.setting == "all settings, timed on 2 machines, none of which timed both"
     results["machine"] = [None] * (len(results) - 1) + ["2 CPU cores, no GPU"]  # earlier runs recorded none
     assert {c.claim: c for c in claim_results(results, correct)}[faster].verdict == HELD
+
+
+def test_a_study_resumed_on_another_machine_judges_its_speed_on_the_machine_that_timed_most_of_both():
+    full = np.ones(50, dtype=int)
+    results, correct = _results(full, full, full, full)
+    on_one = {c.claim: c for c in claim_results(results, correct)}[ClaimId.FASTER_THAN_FULL]
+    later = results["seed"] == results["seed"].max()  # the last seed's runs, on a machine twice as slow
+    results["machine"] = np.where(later, "B", "A")
+    results.loc[later, "sec_per_epoch"] *= 2
+    speed = {c.claim: c for c in claim_results(results, correct)}[ClaimId.FASTER_THAN_FULL]
+    runs = runs_at_chosen_rate(results)  # the runs a claim reads
+    both = runs["method"].isin(("profile", "full"))
+    n_a, n = int((both & (runs["machine"] == "A")).sum()), int(both.sum())
+    assert speed.setting == f"all settings, timed on A ({n_a} of {n} runs; those of 1 other machine(s) left out)"
+    assert speed.verdict == HELD and speed.estimate == pytest.approx(on_one.estimate)  # 6 s against 10 s on A
 
 
 def test_report_flags_a_rate_chosen_at_the_edge_of_its_grid():

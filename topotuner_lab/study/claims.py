@@ -605,32 +605,52 @@ def _selector_claims(
 
 
 def _speed_claims(runs: pd.DataFrame) -> list[ClaimResult]:
-    """Seconds per epoch of the card runs against full FT and LoRA; runs timed on different machines are not judged.
+    """Seconds per epoch of the card runs against full FT and LoRA, both timed on one machine.
 
-    Runs of earlier versions recorded no machine: they count as timed where the others were.
+    A study resumed on other machines times its runs on each: a ratio across machines would measure the machines, so
+    each comparison is judged on the machine that timed the most runs of both methods (:func:`_one_machine`), and is
+    not testable where no machine timed both. Runs of earlier versions recorded no machine: they count as timed where
+    the others were.
     """
-    profile = runs.loc[runs["method"] == "profile", "sec_per_epoch"]
-    machines = runs["machine"].dropna().nunique() if "machine" in runs else 0
     out = []
     for name, threshold, claim in (
         ("full", FASTER_THAN_FULL, ClaimId.FASTER_THAN_FULL),
         ("lora", FASTER_THAN_LORA, ClaimId.FASTER_THAN_LORA),
     ):
-        other = runs.loc[runs["method"] == name, "sec_per_epoch"]
-        if len(profile) and len(other):
-            out.append(
-                _result(
-                    claim,
-                    "all settings",
-                    f"median profile / median {name} seconds per epoch",
-                    bootstrap_ratio(profile, other),
-                    threshold,
-                    higher_is_better=False,
-                )
-            )
-            if machines > 1:  # a ratio of timings from different machines measures the machines
-                out[-1] = replace(out[-1], setting=f"all settings, timed on {machines} machines", verdict=UNTESTABLE)
+        both = runs[runs["method"].isin(("profile", name))]
+        if not ((both["method"] == "profile").any() and (both["method"] == name).any()):
+            continue
+        timed, setting = _one_machine(both, name)
+        judged = both if timed is None else timed
+        result = _result(
+            claim,
+            setting,
+            f"median profile / median {name} seconds per epoch",
+            bootstrap_ratio(
+                judged.loc[judged["method"] == "profile", "sec_per_epoch"],
+                judged.loc[judged["method"] == name, "sec_per_epoch"],
+            ),
+            threshold,
+            higher_is_better=False,
+        )
+        out.append(result if timed is not None else replace(result, verdict=UNTESTABLE))  # it measures the machines
     return out
+
+
+def _one_machine(both: pd.DataFrame, other: str) -> tuple[pd.DataFrame | None, str]:
+    """(the card and ``other`` runs of the one machine that timed most of both, or None; the setting it names)."""
+    machine = both["machine"] if "machine" in both else pd.Series(None, index=both.index, dtype=object)
+    named = machine.dropna().unique()
+    if len(named) <= 1:
+        return both, "all settings"
+    counts = {m: len(both[machine == m]) for m in named if {"profile", other} <= set(both.loc[machine == m, "method"])}
+    if not counts:
+        return None, f"all settings, timed on {len(named)} machines, none of which timed both"
+    best = max(sorted(counts), key=lambda m: counts[m])
+    return both[machine == best], (
+        f"all settings, timed on {best} ({counts[best]} of {len(both)} runs; those of {len(named) - 1} other "
+        f"machine(s) left out)"
+    )
 
 
 def _stopping_claims(results: pd.DataFrame) -> list[ClaimResult]:
