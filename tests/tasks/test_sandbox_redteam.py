@@ -27,7 +27,7 @@ from topotuner_lab.tasks.sandbox import SandboxLimits, _memory_parent, run_progr
 from topotuner_lab.training.scoring import TaskScorer
 
 pytestmark = needs_bwrap
-FAST = SandboxLimits(timeout_s=5.0, cpu_s=3, memory_mb=512)
+FAST = SandboxLimits(timeout_s=20.0, cpu_s=3, memory_mb=512)  # every program here ends by itself: wall clock ample
 ROOT = pytest.mark.skipif(os.getuid() != 0, reason="runs as root, as CI does")
 SYSTEM_PYTHON = "/usr/bin/python3"
 
