@@ -259,8 +259,17 @@ def test_a_study_resumed_on_another_machine_judges_its_speed_on_the_machine_that
     runs = runs_at_chosen_rate(results)  # the runs a claim reads
     both = runs["method"].isin(("profile", "full"))
     n_a, n = int((both & (runs["machine"] == "A")).sum()), int(both.sum())
-    assert speed.setting == f"all settings, timed on A ({n_a} of {n} runs; those of 1 other machine(s) left out)"
+    assert speed.setting == (
+        f"all settings, timed on A ({n_a} of {n} runs; those timed on 1 other machine(s) or with no machine recorded "
+        "left out)"
+    )
     assert speed.verdict == HELD and speed.estimate == pytest.approx(on_one.estimate)  # 6 s against 10 s on A
+    base = results[results["seed"] <= 1].assign(machine="A")
+    four = pd.concat([base, *(base[base["seed"] == 1].assign(seed=s) for s in (2, 3))], ignore_index=True)
+    full = four["run"] == "full"
+    four["machine"] = np.where((full & (four["seed"] > 0)) | (~full & (four["seed"] == 3)), "B", "A")
+    picked = {c.claim: c for c in claim_results(four, correct)}[ClaimId.FASTER_THAN_FULL]
+    assert picked.setting.startswith("all settings, timed on B (")  # A: many card runs, one full FT; B: 3 of it
 
 
 def test_report_flags_a_rate_chosen_at_the_edge_of_its_grid():

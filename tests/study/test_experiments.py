@@ -423,19 +423,21 @@ def test_a_ledger_resumed_without_the_prior_weights_keeps_its_tables_and_cards(t
     from dataclasses import replace
 
     from topotuner_lab.study.presets import PRESETS
-    from topotuner_lab.study.protocol import WorkDir, prepare
+    from topotuner_lab.study.protocol import WorkDir, further_prior_seeds, prepare
 
     preset = replace(
-        PRESETS["tiny-selectors"], other_models=(), strategies=("high-drift", "random", "relchange"), prior_seeds=(0,)
+        PRESETS["tiny-selectors"], other_models=(), strategies=("high-drift", "random", "relchange"), prior_seeds=(0, 1)
     )
     work = WorkDir(tmp_path)
-    prepare(preset, work, log=lambda _: None)
+    loaded, _ = prepare(preset, work, log=lambda _: None)
+    further_prior_seeds(preset, loaded, work, log=lambda _: None)
     kept = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.suffix in (".json", ".md", ".parquet")}
-    for weights in work.prior_run("sst2").glob("*.safetensors"):  # git keeps no weights
+    for weights in tmp_path.rglob("prior-sst2/*.safetensors"):  # git keeps no weights (every prior seed's)
         weights.unlink()
     said: list[str] = []
     prepare(preset, work, log=said.append)
-    assert any(line.startswith("kept from the ledger:") for line in said)
+    further_prior_seeds(preset, loaded, work, log=said.append)
+    assert sum(line.startswith("kept from the ledger:") for line in said) == 2  # prior seeds 0 and 1
     assert not any(line.startswith("run:") for line in said)  # the prior did not train again
     assert any("relative change of the sst2 prior read from its relchange cards" in line for line in said)
     assert {p: p.read_bytes() for p in kept} == kept  # results, tables and cards as they were

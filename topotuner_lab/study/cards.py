@@ -24,6 +24,7 @@ from topotuner_lab.profiles.select import CardSettings, build_profile, kind_comp
 from topotuner_lab.study.ledger_prior import RELCHANGE, kept_prior_tables, ledger_relchange
 from topotuner_lab.study.plan import DEFAULT_RECIPE
 from topotuner_lab.study.presets import RECIPE_CARDS, RECIPE_STRATEGIES, Preset
+from topotuner_lab.study.weights_facts import record_weights_facts
 from topotuner_lab.study.workspace import (
     WorkDir,
     drift_table_once,
@@ -75,11 +76,14 @@ def prior_drift(
     log: Log,
     recipes: tuple[str, ...],
     seeds: tuple[int, ...] | None = None,
+    *,
+    builds_cards: bool = True,
 ) -> dict[tuple[int, str], pd.DataFrame]:
     """Prior full fine-tunes (one per prior seed) -> their drift tables per recipe, each step reused when verified.
 
     Returns ``(prior seed, recipe) -> table``. A recipe that aggregates over epochs has the prior keep a snapshot
     per epoch; its table averages the per-epoch tables. ``seeds``: these prior seeds only (None: every one).
+    ``builds_cards``: whether ``work``'s cards are built from these tables (not so for a further model's drift).
     """
     per_epoch = any(RECIPE_CARDS[r][0] != "final" for r in recipes)
     tables: dict[tuple[int, str], pd.DataFrame] = {}
@@ -102,7 +106,8 @@ def prior_drift(
             (recipe, folder.recipe(recipe).drift_table(prior), drift_settings(preset, recipe), RECIPE_CARDS[recipe][0])
             for recipe in recipes
         ]
-        relchange_from = folder if seed == preset.prior_seeds[0] and RELCHANGE in preset.strategies else None
+        first = seed == preset.prior_seeds[0]
+        relchange_from = folder if first and builds_cards and RELCHANGE in preset.strategies else None
         kept = kept_prior_tables(folder, prior_cfg, pre, specs, log, relchange_from=relchange_from)
         if kept is not None:  # a ledger resumed without the prior's weights: its verified tables, not a retrain
             tables.update({(seed, recipe): table for recipe, table in kept.items()})
@@ -115,6 +120,8 @@ def prior_drift(
             else:
                 epochs = [load_snapshot(p) for p in run_epoch_snapshots(res, prior_cfg.output_dir)]
                 tables[seed, recipe] = epoch_drift_once(pre, epochs, path, aggregation, settings, log=log)
+        if not first:  # the first seed's facts are recorded with its folder's (protocol.prepare)
+            record_weights_facts(folder, (prior,), pre)  # the hash a clone of the ledger checks its tables against
     return tables
 
 

@@ -610,7 +610,7 @@ def _speed_claims(runs: pd.DataFrame) -> list[ClaimResult]:
     A study resumed on other machines times its runs on each: a ratio across machines would measure the machines, so
     each comparison is judged on the machine that timed the most runs of both methods (:func:`_one_machine`), and is
     not testable where no machine timed both. Runs of earlier versions recorded no machine: they count as timed where
-    the others were.
+    the others were when one machine is named, and are left out when several are.
     """
     out = []
     for name, threshold, claim in (
@@ -638,18 +638,28 @@ def _speed_claims(runs: pd.DataFrame) -> list[ClaimResult]:
 
 
 def _one_machine(both: pd.DataFrame, other: str) -> tuple[pd.DataFrame | None, str]:
-    """(the card and ``other`` runs of the one machine that timed most of both, or None; the setting it names)."""
+    """(the card and ``other`` runs of the one machine that timed most of both, or None; the setting it names).
+
+    "Most of both" is the larger count of the rarer method, then the larger total: a machine with 4 runs of each
+    beats one with 5 card runs and 1 full FT run. Where several machines are named, a run without one is left out
+    (where it was timed is unknown).
+    """
     machine = both["machine"] if "machine" in both else pd.Series(None, index=both.index, dtype=object)
     named = machine.dropna().unique()
     if len(named) <= 1:
         return both, "all settings"
-    counts = {m: len(both[machine == m]) for m in named if {"profile", other} <= set(both.loc[machine == m, "method"])}
+    counts = {}
+    for m in sorted(named):
+        methods = both.loc[machine == m, "method"]
+        rarer = min(int((methods == "profile").sum()), int((methods == other).sum()))
+        if rarer:
+            counts[m] = (rarer, len(methods))
     if not counts:
         return None, f"all settings, timed on {len(named)} machines, none of which timed both"
-    best = max(sorted(counts), key=lambda m: counts[m])
+    best = max(counts, key=lambda m: counts[m])
     return both[machine == best], (
-        f"all settings, timed on {best} ({counts[best]} of {len(both)} runs; those of {len(named) - 1} other "
-        f"machine(s) left out)"
+        f"all settings, timed on {best} ({counts[best][1]} of {len(both)} runs; those timed on {len(named) - 1} other "
+        f"machine(s) or with no machine recorded left out)"
     )
 
 

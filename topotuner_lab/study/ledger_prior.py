@@ -128,8 +128,13 @@ def _card_scores(path: Path, pre: Snapshot, prior: str) -> tuple[str | None, pd.
     scores = pd.Series({r["pid"]: float(r["score"]) for r in card.ranking})
     if card.model.weights_hash != pre.weights_hash or card.prior_task != prior:
         return f"{path} ranks another pretrained model or prior task", scores
-    if card.strategy != RELCHANGE or card.metric != FIXED_RANKINGS[RELCHANGE][0] or card.normalization != "raw":
-        return f"{path} does not record raw element-wise relative changes", scores
+    if (
+        card.strategy != RELCHANGE
+        or card.metric != FIXED_RANKINGS[RELCHANGE][0]
+        or card.normalization != "raw"
+        or card.aggregation != "final"
+    ):
+        return f"{path} does not record raw element-wise relative changes of the final weights", scores
     if sorted(scores.index) != sorted(pre.matrices):
         return f"{path} does not score every projection", scores
     return None, scores

@@ -252,7 +252,7 @@ def prepare(preset: Preset, work: WorkDir, log: Log) -> tuple[LoadedModel, Cards
         other_pre = snapshot_once(other, folder.pretrained)
         noise_tables_once(other_pre, folder, preset.noise_seeds, preset.drift)
         for prior in preset.prior_tasks:
-            prior_drift(preset, other, other_pre, prior, folder, log, (DEFAULT_RECIPE,))
+            prior_drift(preset, other, other_pre, prior, folder, log, (DEFAULT_RECIPE,), builds_cards=False)
         record_weights_facts(folder, preset.prior_tasks)
         del other
     return loaded, cards

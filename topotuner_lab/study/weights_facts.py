@@ -114,11 +114,14 @@ def read_facts(work: WorkDir) -> WeightsFacts:
         raise InputFileError(f"weights facts {path} are not a facts record ({problem})", _fix(work)) from exc
 
 
-def measure_facts(work: WorkDir, priors: Sequence[str]) -> WeightsFacts | None:
-    """The facts of the weights present in ``work`` (None without its pretrained snapshot)."""
-    if not work.pretrained.is_file():
+def measure_facts(work: WorkDir, priors: Sequence[str], pre: Snapshot | None = None) -> WeightsFacts | None:
+    """The facts of the weights present in ``work`` (None without its pretrained snapshot).
+
+    ``pre``: the pretrained snapshot where ``work`` keeps none of its own (a further prior seed's folder).
+    """
+    if pre is None and not work.pretrained.is_file():
         return None
-    pre = load_snapshot(work.pretrained)
+    pre = pre or load_snapshot(work.pretrained)
     finetuned = {}
     for prior in priors:
         if work.finetuned(prior).is_file():
@@ -135,13 +138,14 @@ def _merged(measured: WeightsFacts, recorded: WeightsFacts | None) -> WeightsFac
     return WeightsFacts(measured.model, measured.identity, measured.grid_share, {**kept, **measured.finetuned})
 
 
-def record_weights_facts(work: WorkDir, priors: Sequence[str]) -> WeightsFacts:
+def record_weights_facts(work: WorkDir, priors: Sequence[str], pre: Snapshot | None = None) -> WeightsFacts:
     """Measure the facts of the weights in ``work`` and write them to its ``weights-facts.json``.
 
     A prior whose weights are gone keeps what an earlier sitting recorded for it, when the pretrained weights are the
-    same; a damaged record is rewritten, as every other damaged step is recomputed.
+    same; a damaged record is rewritten, as every other damaged step is recomputed. ``pre``: as in
+    :func:`measure_facts`.
     """
-    measured = measure_facts(work, priors)
+    measured = measure_facts(work, priors, pre)
     if measured is None:
         raise InputFileError(
             f"{work.pretrained} does not exist, so the facts of its weights cannot be recorded",
