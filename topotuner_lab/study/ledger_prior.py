@@ -33,7 +33,7 @@ from topotuner_lab.weights.snapshot import Snapshot, load_snapshot
 
 Log = Callable[[str], None]
 
-#: the column and direction the relchange selector ranks by
+#: the strategy name of the authors' element-wise relative-change selector
 RELCHANGE = "relchange"
 
 
@@ -57,9 +57,9 @@ def kept_prior_tables(
     done = recorded_config(results, prior_cfg) if results.is_file() else None
     if done is None or weights_kept(done, prior_cfg):
         return None  # nothing recorded for this config, or the weights are here and verify by their own hash
-    problem, kept = _verified(folder, done, pre, tables, Path(prior_cfg.output_dir).name)
+    problem, kept = _verified(folder, done, pre, tables, prior_cfg.task)
     if problem is None and relchange_from is not None:
-        problem = _relchange_problem(relchange_from, pre, prior_cfg.task)
+        problem, _ = _ledger_scores(relchange_from, pre, prior_cfg.task)
     if problem is not None:
         log(f"train the prior again: its weights are not here and the ledger cannot stand in for them ({problem})")
         return None
@@ -75,7 +75,7 @@ def _verified(
     done: RunResults,
     pre: Snapshot,
     tables: Sequence[tuple[str, Path, DriftSettings, str]],
-    prior_run: str,
+    prior: str,
 ) -> tuple[str | None, dict[str, pd.DataFrame]]:
     """(what does not verify, or None; the tables by recipe) of a prior recorded without its weights."""
     try:
@@ -84,8 +84,7 @@ def _verified(
         return f"{folder.weights_facts}: {exc.problem}", {}
     if facts is None or facts.identity.weights_hash != pre.weights_hash:
         return f"{folder.weights_facts} records no facts of these pretrained weights", {}
-    prior = next((p for p in facts.finetuned if folder.prior_run(p).name == prior_run), None)
-    if prior is None:
+    if prior not in facts.finetuned:
         return f"{folder.weights_facts} records no hash of the prior's weights", {}
     final_hash = facts.finetuned[prior].weights_hash
     kept = {}
@@ -96,7 +95,7 @@ def _verified(
             return f"{path}: {exc.problem}", {}
         if not table_made_from(table, pre.weights_hash, settings, list(pre.matrices)):
             return f"{path} was made from other pretrained weights, settings or projections", {}
-        if not _ends_with(table, aggregation, final_hash, int(str(done.get("epochs_run") or 0))):
+        if not _ends_with(table, aggregation, final_hash, int(done.get("epochs_run") or 0)):
             return f"{path} was not computed from the prior's recorded weights {final_hash[:12]}", {}
         kept[recipe] = table
     return None, kept
@@ -140,20 +139,19 @@ def _card_scores(path: Path, pre: Snapshot, prior: str) -> tuple[str | None, pd.
     return None, scores
 
 
-def _relchange_problem(work: WorkDir, pre: Snapshot, prior: str) -> str | None:
-    """Why ``work``'s relchange cards cannot stand in for the prior's weights (None: they can)."""
+def _ledger_scores(work: WorkDir, pre: Snapshot, prior: str) -> tuple[str | None, pd.Series]:
+    """(why ``work``'s relchange cards cannot stand in for the prior's weights, or None; the scores they agree on)."""
     paths = _relchange_cards(work, prior)
     if not paths:
-        return f"no {RELCHANGE} card of {prior} in {work.cards} records the element-wise relative change"
-    first: pd.Series | None = None
-    for path in paths:
-        problem, scores = _card_scores(path, pre, prior)
-        if problem is not None:
-            return problem
-        if first is not None and not scores.sort_index().equals(first.sort_index()):
-            return f"the {RELCHANGE} cards of {prior} record different scores"
-        first = scores
-    return None
+        return f"no {RELCHANGE} card of {prior} in {work.cards} records the element-wise relative change", pd.Series(
+            dtype=float
+        )
+    found = [_card_scores(path, pre, prior) for path in paths]
+    first = found[0][1].sort_index()
+    problem = next((problem for problem, _ in found if problem is not None), None)
+    if problem is None and not all(scores.sort_index().equals(first) for _, scores in found[1:]):
+        problem = f"the {RELCHANGE} cards of {prior} record different scores"
+    return problem, first
 
 
 def ledger_relchange(table: pd.DataFrame, pre: Snapshot, prior: str, work: WorkDir, log: Log) -> pd.DataFrame:
@@ -164,13 +162,12 @@ def ledger_relchange(table: pd.DataFrame, pre: Snapshot, prior: str, work: WorkD
     """
     if work.finetuned(prior).is_file():
         return with_relchange(table, pre, load_snapshot(work.finetuned(prior)))
-    problem = _relchange_problem(work, pre, prior)
+    problem, scores = _ledger_scores(work, pre, prior)
     if problem is not None:
         raise ParameterError(
             f"the element-wise relative change of the {prior} prior needs its weights ({work.finetuned(prior)}), "
             f"which are not here, and the ledger cannot stand in: {problem}",
             f"restore {work.finetuned(prior)}, or remove {work.prior_run(prior)}/results.json to train the prior again",
         )
-    _, scores = _card_scores(_relchange_cards(work, prior)[0], pre, prior)
     log(f"element-wise relative change of the {prior} prior read from its {RELCHANGE} cards (its weights are not here)")
     return join_signal(table, scores.rename(ELTWISE_COLUMN).rename_axis("pid").reset_index())
