@@ -60,6 +60,13 @@ def test_heatmap_grid_matches_table(table):
     assert np.allclose(np.diag(corr.data[0].z), 1)
 
 
+def test_a_figure_saved_twice_writes_the_same_bytes(tmp_path, table):
+    """A regenerated report must not differ from the committed one by plotly's fresh random div id."""
+    first = plots.save_figure(plots.drift_heatmaps(table, ["h0_w1"]), tmp_path / "a" / "heat", png=False)[0]
+    again = plots.save_figure(plots.drift_heatmaps(table, ["h0_w1"]), tmp_path / "b" / "heat", png=False)[0]
+    assert first.read_bytes() == again.read_bytes() and 'id="heat"' in first.read_text()
+
+
 def test_save_figure_html_is_offline(tmp_path, table):
     files = plots.save_figure(plots.drift_heatmaps(table, ["h0_w1"]), tmp_path / "heat", png=False)
     plots.save_figure(plots.drift_heatmaps(table, ["h1_w1"]), tmp_path / "heat1", png=False)

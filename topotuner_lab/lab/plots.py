@@ -687,7 +687,8 @@ def save_figure(fig: go.Figure, stem: str | os.PathLike[str], png: bool = True) 
     stem.parent.mkdir(parents=True, exist_ok=True)
     _plotly_js_beside(stem.parent)
     with atomic_path(html) as tmp:
-        fig.write_html(tmp, include_plotlyjs="directory", full_html=True)
+        # the figure's name as its div id (plotly's default is a fresh uuid): the same figure writes the same bytes
+        fig.write_html(tmp, include_plotlyjs="directory", full_html=True, div_id=stem.name)
     written.append(html)
     if png:
         browser = chromium_path()
