@@ -28,6 +28,7 @@ from topotuner_lab.study.stats import (
     INCONCLUSIVE,
     NOT_HELD,
     PILOT,
+    UNTESTABLE,
     Interval,
     bootstrap_ratio,
     bootstrap_stat,
@@ -184,6 +185,26 @@ def test_selectors_are_compared_with_the_same_named_card_as_every_other_claim():
     assert named == {"profile:low-drift@0.01"}
     selectors = [c.measure for c in every if c.claim == ClaimId.BEATS_SELECTORS]
     assert selectors == ["profile:low-drift@0.01 - profile:snr@0.01 (test accuracy)"]
+
+
+def test_cards_at_different_trainable_shares_are_not_compared():
+    """A control differs only in its matrices: a per-kind recipe's card at 2/3 of the budget is not judged."""
+    rng = np.random.default_rng(3)
+    full, lora, control = ((rng.random(300) < q).astype(int) for q in (0.8, 0.3, 0.5))
+    results, correct = _results(full.copy(), full, lora, control)
+    results["trainable_pct"] = np.where(results["run"].str.startswith("profile"), 0.99, 0.5)
+    controls = [c for c in claim_results(results, correct) if c.claim == ClaimId.BEATS_CONTROLS]
+    assert UNTESTABLE not in {c.verdict for c in controls}
+    results.loc[results["run"] == "profile:random@0.01", "trainable_pct"] = 0.66
+    results.loc[results["run"] == "profile:low-drift@0.01", "trainable_pct"] = 0.95  # within 10%: still compared
+    every = claim_results(results, correct)
+    random = [c for c in every if c.measure.startswith("profile:high-drift@0.01 - profile:random@0.01")]
+    assert random[0].verdict == UNTESTABLE and random[0].to_decide == (
+        "both cards at one trainable share (here 0.99% and 0.66%)"
+    )
+    thesis = {c.claim: c for c in every}[ClaimId.THESIS]
+    assert thesis.verdict == HELD  # 0.99% vs 0.95%
+    assert {c.claim: c for c in every}[ClaimId.BEATS_LORA].verdict != UNTESTABLE  # card vs LoRA is another claim
 
 
 def test_the_margin_is_a_share_of_the_zero_shot_to_full_ft_gain():

@@ -50,6 +50,9 @@ FALLBACK_MARGIN = 0.03
 #: the paper: profile fine-tuning 20.4% faster per epoch than full FT and 5.5% faster than LoRA
 FASTER_THAN_FULL = 0.8
 FASTER_THAN_LORA = 1.0
+#: two cards whose trainable shares differ by more than this share of the larger are not compared: the budget, not
+#: the choice of matrices, could decide the claim (a per-kind recipe's card can hold far fewer weights than the budget)
+SAME_BUDGET_RTOL = 0.1
 #: "often stops after 2-3 of 6 epochs": more than this share of the card runs stop by half the budget
 EARLY_STOP_SHARE = 0.5
 
@@ -149,6 +152,23 @@ def topology_card(group: pd.DataFrame, budget: float) -> str | None:
         if len(named):
             return str(named.iloc[0])
     return None
+
+
+def same_budget(group: pd.DataFrame, result: ClaimResult, a: str, b: str) -> ClaimResult:
+    """``result`` of card ``a`` against card ``b``; *not testable here* where their trainable shares differ.
+
+    A control must differ from the treatment only in the choice of matrices; each arm's share is its mean
+    ``trainable_pct`` over seeds (a random card is drawn per seed). Runs that recorded no share are left as judged.
+    """
+    if "trainable_pct" not in group:
+        return result
+    share = group.groupby("run")["trainable_pct"].mean()
+    sa, sb = float(share.get(a, np.nan)), float(share.get(b, np.nan))
+    if not (np.isfinite(sa) and np.isfinite(sb)) or abs(sa - sb) <= SAME_BUDGET_RTOL * max(sa, sb):
+        return result
+    return replace(
+        result, verdict=UNTESTABLE, to_decide=f"both cards at one trainable share (here {sa:.3g}% and {sb:.3g}%)"
+    )
 
 
 def _result(
@@ -445,16 +465,15 @@ def claim_results(
         for budget, card in cards.items():
             controls = _default_cards(group, budget)
             for control in sorted(set(controls.loc[controls["strategy"].isin(CONTROLS), "run"])):
-                claims.append(
-                    _result(
-                        ClaimId.BEATS_CONTROLS,
-                        setting,
-                        f"{card} - {control} ({_scored(target, rules.measure)})",
-                        paired(group, card, control),
-                        0.0,
-                        band=margin,
-                    )
+                result = _result(
+                    ClaimId.BEATS_CONTROLS,
+                    setting,
+                    f"{card} - {control} ({_scored(target, rules.measure)})",
+                    paired(group, card, control),
+                    0.0,
+                    band=margin,
                 )
+                claims.append(same_budget(group, result, card, control))
     claims += _speed_claims(runs) + _stopping_claims(results)
     return claims
 
@@ -556,16 +575,10 @@ def _thesis_claims(
         high, low = (same.loc[same["strategy"] == s, "run"] for s in TOPOLOGY)
         if len(high) and len(low):
             a, b = str(high.iloc[0]), str(low.iloc[0])
-            out.append(
-                _result(
-                    ClaimId.THESIS,
-                    setting,
-                    f"{a} - {b} ({_scored(group, measure)})",
-                    paired(group, a, b),
-                    0.0,
-                    band=band,
-                )
+            thesis = _result(
+                ClaimId.THESIS, setting, f"{a} - {b} ({_scored(group, measure)})", paired(group, a, b), 0.0, band=band
             )
+            out.append(same_budget(group, thesis, a, b))
     return out
 
 
@@ -591,16 +604,15 @@ def _selector_claims(
             ~at_budget["strategy"].isin((*TOPOLOGY, *CONTROLS)) | (recipe[at_budget.index] != DEFAULT_RECIPE)
         ]
         for other in sorted(others["run"]):
-            out.append(
-                _result(
-                    ClaimId.BEATS_SELECTORS,
-                    setting,
-                    f"{name} - {other} ({_scored(group, measure)})",
-                    paired(group, name, other),
-                    0.0,
-                    band=band,
-                )
+            result = _result(
+                ClaimId.BEATS_SELECTORS,
+                setting,
+                f"{name} - {other} ({_scored(group, measure)})",
+                paired(group, name, other),
+                0.0,
+                band=band,
             )
+            out.append(same_budget(group, result, name, other))
     return out
 
 

@@ -19,6 +19,7 @@ from topotuner_lab.profiles.card import NORMALIZATIONS, ModelIdentity, ProfileCa
 from topotuner_lab.profiles.select import MIN_NOISE_DRAWS, CardSettings, build_profile
 from topotuner_lab.study.claims import (
     MEASURE_LABELS,
+    SAME_BUDGET_RTOL,
     ClaimResult,
     ClaimRules,
     claims_frame,
@@ -277,6 +278,7 @@ def claims_section(claims: list[ClaimResult], forest: str | None = None) -> str:
         "claims",
         judged=True,
         earliest_stop=EARLIEST_STOP,
+        same_budget_pct=round(100 * SAME_BUDGET_RTOL),
         roles=roles,
         sized=sized,
         table=table[[*columns, "to_decide"]] if sized else table[columns],
