@@ -1,4 +1,5 @@
-"""A verdict resting on one seed or on fewer than three prior seeds reads *pilot* in any report, never held."""
+"""A verdict resting on one seed or on fewer than three prior seeds reads *pilot* in any report, never held; one of a
+group-sequential study between its looks reads *interim*."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from topotuner_lab.lab.report import sections
 from topotuner_lab.lab.report.inputs import judged_claims
 from topotuner_lab.study.claims import pilot_labels
 from topotuner_lab.study.presets import PRESETS
-from topotuner_lab.study.stats import HELD, NOT_HELD, PILOT, UNTESTABLE
+from topotuner_lab.study.stats import HELD, INTERIM, NOT_HELD, PILOT, UNTESTABLE
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +60,23 @@ def test_one_training_seed_makes_every_verdict_a_pilot_ratios_and_shares_too(led
     assert not _decided(claims) and all(c.verdict == PILOT for c in claims if c.verdict != UNTESTABLE)
     # claims about the drift rankings judge the prior seeds themselves: the training seeds do not make them pilots
     assert pilot_labels(unpaired, prior_seeds=None, seeds=None) == unpaired
+
+
+@pytest.mark.parametrize(
+    "blocks, looked, after",
+    [((2, 4), (), 2), ((2, 4), (2,), None), ((1, 4), (1,), 4)],
+    ids=["look-not-yet-taken", "at-a-look", "next-block-begun"],
+)
+def test_a_sequential_study_decides_only_at_a_look_it_has_taken(ledger, blocks, looked, after):
+    """Seeds 0-1 of a study with looks at ``blocks`` seeds: judged at a look recorded, interim before the next one."""
+    results, correct = ledger
+    preset = replace(PRESETS["tiny"], prior_seeds=(0, 1, 2), seeds=(0, 1, 2, 3), seed_blocks=blocks)
+    claims = judged_claims(results, correct, [], preset, looked)
+    testable = [c for c in claims if c.verdict != UNTESTABLE]
+    if after is None:
+        assert _decided(claims) and INTERIM not in {c.verdict for c in claims}
+        return
+    assert testable and all(c.verdict == INTERIM for c in testable)
+    assert all(c.to_decide == f"judged at the pre-registered look after {after} seeds (2 begun)" for c in testable)
+    text = sections.claims_section(claims)
+    assert "**held**" not in text and "**did not hold**" not in text and "reads *interim*" in text

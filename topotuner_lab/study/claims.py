@@ -27,6 +27,7 @@ from topotuner_lab.study.presets import CLAIM_MEASURES, DEFAULT_MARGIN_SHARE, Pr
 from topotuner_lab.study.stats import (
     HELD,
     INCONCLUSIVE,
+    INTERIM,
     LEVEL,
     NOT_HELD,
     PILOT,
@@ -277,6 +278,24 @@ def pilot_labels(
             size = f"{MIN_PRIOR_SEEDS} prior seeds or more (here {prior_seeds})" + (f"; {size}" if size else "")
         out.append(replace(c, verdict=PILOT, to_decide=size))
     return out
+
+
+def interim_labels(
+    claims: list[ClaimResult], blocks: Sequence[int], looked: Sequence[int], seeds: int
+) -> list[ClaimResult]:
+    """Between the looks of a group-sequential study, every verdict of its runs reads *interim*.
+
+    Such a study decides only at its pre-registered looks (``blocks``: seed counts); ``looked`` are the looks it
+    has taken (``looks.json``). Runs at ``seeds`` past the last look taken (a look still running, or the next block
+    started) show their estimates, and the verdict waits for the next look: judging them now would be a look the
+    alpha spending never planned. Claims the setup cannot test keep saying so.
+    """
+    last = max(looked, default=0)
+    if not blocks or seeds <= last:
+        return claims
+    after = min((b for b in blocks if b > last), default=max(blocks))
+    wait = f"judged at the pre-registered look after {after} seeds ({seeds} begun)"
+    return [c if c.verdict == UNTESTABLE else replace(c, verdict=INTERIM, to_decide=wait) for c in claims]
 
 
 def _scored(where: str | pd.DataFrame, measure: str = "accuracy") -> str:

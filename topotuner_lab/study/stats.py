@@ -27,6 +27,8 @@ _CHUNK = 256
 UNTESTABLE = "not testable here"
 #: a verdict of a run that cannot decide (a pilot, or one trained model per arm): it sizes a study, it decides nothing
 PILOT = "pilot"
+#: a verdict of a group-sequential study between its looks: the interval is shown, the decision waits for the look
+INTERIM = "interim"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ the comparison did not write is left out.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from topotuner_lab.study.claims import (
     ClaimRules,
     claim_results,
     competitive_margin,
+    interim_labels,
     pilot_labels,
     runs_at_chosen_rate,
     stopping_runs,
@@ -172,7 +173,7 @@ def load_study(out_dir: str | Path) -> StudyInputs:
         preset,
         planned or len(results),
         machine or "machine not recorded",
-        judged_claims(results, correct, models, preset),
+        judged_claims(results, correct, models, preset, [look["seeds"] for look in _looks(out)]),
         models,
         (len(correct(str(results["run_dir"].iloc[0]), "test_correct")) or None) if len(results) else None,
         transfer_checks,
@@ -218,19 +219,25 @@ def _looks(out: WorkDir) -> list[dict[str, Any]]:
 
 
 def judged_claims(
-    results: pd.DataFrame, correct: Callable[[str, str], Any], models: list[ModelDrift], preset: Preset
+    results: pd.DataFrame,
+    correct: Callable[[str, str], Any],
+    models: list[ModelDrift],
+    preset: Preset,
+    looked: Sequence[int] = (),
 ) -> list[ClaimResult]:
-    """Every claim with its role (Holm) and, where it cannot decide, the *pilot* label.
+    """Every claim with its role (Holm) and, where it cannot decide, the *pilot* or *interim* label.
 
     A claim of the runs rests on their training seeds and on the prior seeds behind the card; a claim about the drift
     rankings compares the prior seeds itself (:mod:`~topotuner_lab.study.stability` judges how many it needs).
+    ``looked``: the seed counts of the looks a group-sequential study has taken; between them its run claims are
+    *interim* (:func:`~topotuner_lab.study.claims.interim_labels`).
     """
     seeds = int(runs_at_chosen_rate(results)["seed"].nunique()) if len(results) else None
     runs = claim_results(results, correct, ClaimRules.of(preset, seeds_run=seeds)) if len(results) else []
     claims = with_holm(runs + drift_claims(models, preset), preset.primary_claim)
-    return pilot_labels(
-        claims[: len(runs)], preset.pilot, seeds=seeds, prior_seeds=len(preset.prior_seeds)
-    ) + pilot_labels(claims[len(runs) :], preset.pilot)
+    of_runs = pilot_labels(claims[: len(runs)], preset.pilot, seeds=seeds, prior_seeds=len(preset.prior_seeds))
+    of_runs = interim_labels(of_runs, preset.seed_blocks, looked, seeds or 0)
+    return of_runs + pilot_labels(claims[len(runs) :], preset.pilot)
 
 
 def _val_sources(results: pd.DataFrame, correct: Callable[[str, str], Any]) -> dict[str, str]:

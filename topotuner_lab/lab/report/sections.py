@@ -36,6 +36,7 @@ from topotuner_lab.study.presets import Preset
 from topotuner_lab.study.sequential import at_look
 from topotuner_lab.study.sizing import MIN_SEEDS, POWER, minutes_per_finetune, planned_seeds
 from topotuner_lab.study.stability import drift_over_seeds, noise_null_sentence, stability_sentence, stability_table
+from topotuner_lab.study.stats import INTERIM
 from topotuner_lab.study.stopping import early_by, threshold_sweep
 from topotuner_lab.tasks.registry import get_task
 from topotuner_lab.training.data import PPL_TASK, ood_battery
@@ -274,11 +275,13 @@ def claims_section(claims: list[ClaimResult], forest: str | None = None) -> str:
     roles = "role" in table and (table["role"].fillna("") != "").any()
     columns = [*(["role"] if roles else []), "claim", "setting", "measure", "estimate [95% CI]", "threshold", "verdict"]
     sized = "to_decide" in table and (table["to_decide"].fillna("") != "").any()
+    interim = bool((table["verdict"] == INTERIM).any())
     return prose.render(
         "claims",
         judged=True,
         earliest_stop=EARLIEST_STOP,
         same_budget_pct=round(100 * SAME_BUDGET_RTOL),
+        interim=interim,
         roles=roles,
         sized=sized,
         table=table[[*columns, "to_decide"]] if sized else table[columns],
