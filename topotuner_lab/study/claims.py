@@ -155,6 +155,21 @@ def topology_card(group: pd.DataFrame, budget: float) -> str | None:
     return None
 
 
+def _card_pair(
+    claim: ClaimId,
+    group: pd.DataFrame,
+    setting: str,
+    paired: Callable[[pd.DataFrame, str, str], Interval],
+    a: str,
+    b: str,
+    band: float,
+    measure: str,
+) -> ClaimResult:
+    """Card ``a`` minus card ``b`` (threshold 0, equivalence band +- ``band``), judged only at one trainable share."""
+    result = _result(claim, setting, f"{a} - {b} ({_scored(group, measure)})", paired(group, a, b), 0.0, band=band)
+    return same_budget(group, result, a, b)
+
+
 def same_budget(group: pd.DataFrame, result: ClaimResult, a: str, b: str) -> ClaimResult:
     """``result`` of card ``a`` against card ``b``; *not testable here* where their trainable shares differ.
 
@@ -484,15 +499,9 @@ def claim_results(
         for budget, card in cards.items():
             controls = _default_cards(group, budget)
             for control in sorted(set(controls.loc[controls["strategy"].isin(CONTROLS), "run"])):
-                result = _result(
-                    ClaimId.BEATS_CONTROLS,
-                    setting,
-                    f"{card} - {control} ({_scored(target, rules.measure)})",
-                    paired(group, card, control),
-                    0.0,
-                    band=margin,
+                claims.append(
+                    _card_pair(ClaimId.BEATS_CONTROLS, group, setting, paired, card, control, margin, rules.measure)
                 )
-                claims.append(same_budget(group, result, card, control))
     claims += _speed_claims(runs) + _stopping_claims(results)
     return claims
 
@@ -593,11 +602,9 @@ def _thesis_claims(
     for (_, _), same in cards.groupby([cards["budget"], cards["recipe"].fillna(DEFAULT_RECIPE)]):
         high, low = (same.loc[same["strategy"] == s, "run"] for s in TOPOLOGY)
         if len(high) and len(low):
-            a, b = str(high.iloc[0]), str(low.iloc[0])
-            thesis = _result(
-                ClaimId.THESIS, setting, f"{a} - {b} ({_scored(group, measure)})", paired(group, a, b), 0.0, band=band
+            out.append(
+                _card_pair(ClaimId.THESIS, group, setting, paired, str(high.iloc[0]), str(low.iloc[0]), band, measure)
             )
-            out.append(same_budget(group, thesis, a, b))
     return out
 
 
@@ -623,15 +630,7 @@ def _selector_claims(
             ~at_budget["strategy"].isin((*TOPOLOGY, *CONTROLS)) | (recipe[at_budget.index] != DEFAULT_RECIPE)
         ]
         for other in sorted(others["run"]):
-            result = _result(
-                ClaimId.BEATS_SELECTORS,
-                setting,
-                f"{name} - {other} ({_scored(group, measure)})",
-                paired(group, name, other),
-                0.0,
-                band=band,
-            )
-            out.append(same_budget(group, result, name, other))
+            out.append(_card_pair(ClaimId.BEATS_SELECTORS, group, setting, paired, name, other, band, measure))
     return out
 
 
