@@ -33,8 +33,8 @@ CLAIMS = [
 
 def test_the_papers_counts_come_from_the_claims():
     assert paper_count(CLAIMS) == (
-        f"The card {ClaimId.BEATS_PAPER_LORA} in 2 of 3 settings by the point estimate (the paper's count); its "
-        "interval clears zero in 1 of 3."
+        f"The card {ClaimId.BEATS_PAPER_LORA} in 2 of 3 settings (a setting: one transfer at one card budget) by the "
+        "point estimate (the paper's count); its interval clears zero in 1 of 3."
     )
     assert paper_speed(CLAIMS) == (
         "A card run takes 48.8% less than full FT (the paper: 20.4%) and 13.0% less than LoRA (the paper: 5.5%) of "

@@ -725,8 +725,9 @@ def _stopping_claims(results: pd.DataFrame) -> list[ClaimResult]:
 def paper_count(claims: list[ClaimResult], claim: str = ClaimId.BEATS_PAPER_LORA) -> str:
     """The paper's way of counting one claim ("beats LoRA in 7 of 9 settings"), beside what the intervals say.
 
-    The paper counts settings where the card's score is above LoRA's; here that is the point estimate, and the
-    verdicts say how many of those the intervals decide.
+    The paper counts settings (model x task) where the card's score is above LoRA's; here a setting is one transfer
+    at one card budget, the count is by the point estimate, and the verdicts say how many of those the intervals
+    decide.
     """
     rows = [c for c in claims if c.claim == claim]
     if not rows:
@@ -734,7 +735,8 @@ def paper_count(claims: list[ClaimResult], claim: str = ClaimId.BEATS_PAPER_LORA
     ahead = sum(c.estimate > c.threshold for c in rows)
     held = sum(c.verdict == HELD for c in rows)
     return (
-        f"The card {claim} in {ahead} of {len(rows)} settings by the point estimate (the paper's count); its "
+        f"The card {claim} in {ahead} of {len(rows)} settings (a setting: one transfer at one card budget) by the "
+        "point estimate (the paper's count); its "
         f"interval clears zero in {held} of {len(rows)}."
     )
 
