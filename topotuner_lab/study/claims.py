@@ -167,10 +167,10 @@ def _card_pair(
 ) -> ClaimResult:
     """Card ``a`` minus card ``b`` (threshold 0, equivalence band +- ``band``), judged only at one trainable share."""
     result = _result(claim, setting, f"{a} - {b} ({_scored(group, measure)})", paired(group, a, b), 0.0, band=band)
-    return same_budget(group, result, a, b)
+    return _same_budget(group, result, a, b)
 
 
-def same_budget(group: pd.DataFrame, result: ClaimResult, a: str, b: str) -> ClaimResult:
+def _same_budget(group: pd.DataFrame, result: ClaimResult, a: str, b: str) -> ClaimResult:
     """``result`` of card ``a`` against card ``b``; *not testable here* where their trainable shares differ.
 
     A control must differ from the treatment only in the choice of matrices; each arm's share is its mean
@@ -736,8 +736,7 @@ def paper_count(claims: list[ClaimResult], claim: str = ClaimId.BEATS_PAPER_LORA
     held = sum(c.verdict == HELD for c in rows)
     return (
         f"The card {claim} in {ahead} of {len(rows)} settings (a setting: one transfer at one card budget) by the "
-        "point estimate (the paper's count); its "
-        f"interval clears zero in {held} of {len(rows)}."
+        f"point estimate (the paper's count); its interval clears zero in {held} of {len(rows)}."
     )
 
 
