@@ -114,6 +114,9 @@ def test_a_rebuilt_card_keeps_the_file_it_matches_and_replaces_one_it_does_not(s
     first = path.read_bytes()
     rebuilt = replace(card, created="2030-01-01T00:00:00+00:00")  # a resumed study builds it again, later
     assert rebuilt.save_unless_same(path) == path and path.read_bytes() == first
+    replace(card, transferred_to=["boolq"]).save(path)  # a finished study records the tasks it was used on
+    first = path.read_bytes()
+    assert rebuilt.save_unless_same(path) == path and path.read_bytes() == first  # and a resumed one keeps them
     rounded = [{**r, "score": r["score"] * (1 + 1e-13)} for r in card.ranking]  # another CPU's last bits
     assert replace(card, ranking=rounded).save_unless_same(path) == path and path.read_bytes() == first
     moved = [{**r, "score": r["score"] * (1 + 1e-6)} for r in card.ranking]  # a score that really differs

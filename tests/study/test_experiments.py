@@ -58,8 +58,11 @@ def test_reproduce_tiny_runs_the_grid_resumes_and_reports(tmp_path, capsys):
     shutil.rmtree(noise)
     write_report(out, out / "AGAIN.md", "test")
     assert not noise.exists() and "## Is the drift profile model-dependent?" in (out / "AGAIN.md").read_text()
-    # a rerun resumes: every run is skipped, the table is the same
+    # a rerun resumes: every run is skipped, the table is the same, and the cards (which now list their transfers)
+    # keep their files
+    card_files = {path: path.read_bytes() for path in (out / "cards").iterdir()}
     assert main(["reproduce", "--preset", "tiny", "-o", str(out)]) == 0
+    assert {path: path.read_bytes() for path in (out / "cards").iterdir()} == card_files
     drift = [out / "drift-sst2.parquet", out / "models" / "tiny-qwen2" / "drift-sst2.parquet"]
     log = capsys.readouterr().out
     assert log.count("skip (done)") == 26 + 2 + 1 + 2  # runs, priors, transfer check, drift tables
@@ -116,6 +119,18 @@ def test_drift_against_the_learning_rate_schedule():
     res["drift_history"] = [{"epoch": k, "normalized": r - 0.2} for k, r in enumerate(schedule, 1)]
     assert abs(drift_minus_lr_ratio(res) + 0.2) < 1e-12
     assert drift_minus_lr_ratio({**res, "config": {"lr_scheduler": "constant", "epochs": 6}}) is None
+
+
+def test_the_time_left_is_measured_on_runs_trained_from_the_start():
+    from topotuner_lab.study.protocol import Progress
+
+    lines: list[str] = []
+    progress = Progress(planned=5, log=lines.append, parallel=2)
+    progress.record("skipped", {"test_accuracy": 0.8}, 0.01)  # finished before: read from the ledger
+    progress.record("resumed", {"test_accuracy": 0.8, "resumed_from": "checkpoint-96"}, 60.0)  # its last epochs only
+    assert [line.endswith("0.800") for line in lines] == [True, True]  # no estimate yet: nothing measured
+    progress.record("whole", {"test_accuracy": 0.8, "resumed_from": None}, 1200.0)
+    assert lines[-1].endswith("about 20 min left")  # 2 runs left x 20 min / 2 at once
 
 
 def test_time_to_stop_counts_the_stopping_rules_own_cost():

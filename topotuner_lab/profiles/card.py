@@ -368,8 +368,9 @@ class ProfileCard(Config):
     def save_unless_same(self, path: str | os.PathLike[str]) -> Path:
         """:meth:`save`, but keep a card already at ``path`` that is :meth:`same_as` this one.
 
-        A resumed study rebuilds its cards; an unchanged card keeps the file (and the time) it was first made with,
-        also where another CPU rounds its scores differently in the last bits. A file of an older schema is written
+        A resumed study rebuilds its cards; an unchanged card keeps the file (the time it was first made, the tasks
+        it was transferred to) it was first made with, also where another CPU rounds its scores differently in the
+        last bits. A file of an older schema is written
         afresh in the current one.
         """
         path = Path(path)
@@ -385,10 +386,11 @@ class ProfileCard(Config):
         return self.save(path)
 
     def same_as(self, other: ProfileCard) -> bool:
-        """Whether ``other`` is this card but for its ``created`` time and scores rounded apart (relative 1e-9).
+        """Whether ``other`` is this card but for its ``created`` time, rounded scores and its transfers' record.
 
         The same selection ranked in the same order from the same inputs: a score computed on another CPU (an SVD, a
-        float sum in another order) can differ in its last bits, which is no reason to call a card another.
+        float sum in another order) can differ in its last bits (relative 1e-9), which is no reason to call a card
+        another; nor is the record a finished study adds of the tasks the card was used on (``transferred_to``).
         """
         ours, theirs = [r["pid"] for r in self.ranking], [r["pid"] for r in other.ranking]
         close = ours == theirs and bool(
@@ -396,7 +398,8 @@ class ProfileCard(Config):
                 [r["score"] for r in self.ranking], [r["score"] for r in other.ranking], rtol=SCORE_RTOL, atol=0.0
             )
         )
-        return close and replace(other, created=self.created, ranking=self.ranking) == self
+        as_ours = replace(other, created=self.created, ranking=self.ranking, transferred_to=self.transferred_to)
+        return close and as_ours == self
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "card") -> ProfileCard:

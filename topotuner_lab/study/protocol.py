@@ -73,7 +73,8 @@ class Progress:
     """Runs done of planned, with an estimate of the time left from the runs computed so far.
 
     ``parallel`` fine-tunes run at once (Dask workers), so the time left is the runs left times their mean
-    time, divided by it.
+    time, divided by it. The mean is over runs trained from the start: a run resumed from a checkpoint (a sitting
+    cut off mid-run) did only its last epochs, and would make the estimate far too short.
     """
 
     def __init__(self, planned: int, log: Log, parallel: int = 1) -> None:
@@ -82,7 +83,7 @@ class Progress:
 
     def record(self, label: str, result: RunResults, seconds: float) -> None:
         """Log a fine-tune that took ``seconds`` (here or on a worker): its accuracy and the time left."""
-        if seconds > 0.25:  # a skipped (finished) run takes milliseconds and says nothing about the time left
+        if seconds > 0.25 and not result.get("resumed_from"):  # a skipped (finished) or resumed run is no measure
             self.computed_seconds.append(seconds)
         self.done += 1
         left = self.planned - self.done
@@ -497,7 +498,9 @@ def _record_transfers(cards: Cards, results: pd.DataFrame) -> None:
     """The comparison's own cards (its outputs, never a user's input) list the tasks they were transferred to."""
     for key, path in cards.items():
         targets = [key.target] if key.target else sorted(set(results.loc[results["prior"] == key.prior, "target"]))
-        replace(ProfileCard.load(path), transferred_to=targets).save(path)
+        card = ProfileCard.load(path)
+        if card.transferred_to != targets:  # a resumed study that ran nothing new leaves its cards' files alone
+            replace(card, transferred_to=targets).save(path)
 
 
 def drift_minus_lr_ratio(res: RunResults) -> float | None:
