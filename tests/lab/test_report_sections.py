@@ -160,7 +160,17 @@ def test_setup_reports_the_presets_sizes_grids_and_arms():
         "answer words)."
     )
     assert drift_only == "Drift only (own prior fine-tunes, no transfer grid): tiny-qwen2."
-    assert "Partial run" not in text
+    assert "Partial run" not in text and "lower bounds" not in text
+    # runs resumed from a checkpoint that recorded no earlier time: their minutes are their last sitting's alone
+    (resumed,) = [
+        line
+        for line in _lines(sections.setup_section(PRESET, 9, 9, _results(), last_sitting_runs=2))
+        if line.startswith("Cost")
+    ]
+    assert resumed == cost + (
+        " 2 of them resumed from a checkpoint that recorded no earlier time, so their minutes count their last "
+        "sitting alone: the medians and hours are lower bounds."
+    )
 
 
 def test_setup_warns_when_the_forgetting_probe_starts_below_chance():

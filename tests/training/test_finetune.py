@@ -6,6 +6,7 @@ import pytest
 
 from topotuner_lab._io.errors import ParameterError, ProfileError, TaskError
 from topotuner_lab.profiles.card import ProfileCard
+from topotuner_lab.training.callbacks import per_epoch
 from topotuner_lab.training.config import FinetuneConfig
 from topotuner_lab.training.evaluation import PerplexityProbe
 from topotuner_lab.training.finetune import run_finetune
@@ -104,14 +105,26 @@ def test_lora_rank_matches_profile_budget(tiny_llama, card_path, tmp_path):
 def test_run_resumes_from_its_checkpoint(tiny_llama, tmp_path):
     out = tmp_path / "r"
     cfg = FinetuneConfig(method="full", task="sst2", output_dir=str(out), epochs=1, keep_checkpoints=True, **TINY)
-    run_finetune(tiny_llama, cfg)
+    first = run_finetune(tiny_llama, cfg)
     assert len(list(out.glob("checkpoint-*"))) == 1
+
+    def run_seconds(step: int) -> list[float]:
+        """The run's wall seconds a checkpoint logged at each epoch's end (the run's clock)."""
+        return per_epoch(
+            json.loads((out / f"checkpoint-{step}" / "trainer_state.json").read_text())["log_history"], "run_seconds"
+        )
+
+    (up_to_checkpoint,) = run_seconds(2)
+    assert 0 < up_to_checkpoint < first.wall_seconds
     more = run_finetune(tiny_llama, FinetuneConfig(**{**cfg.__dict__, "epochs": 2, "eval_each_epoch": True}))
     assert more.resumed_from.endswith("checkpoint-2")  # only the missing epoch ran ...
     assert (
         more.epochs_run == 2 and len(more.epoch_seconds) == 2
     )  # ... and the first one's time came back with the checkpoint
     assert len(more.epoch_test_accuracy) == 1  # evaluation was only asked for on the resumed run
+    # the run's wall time counts the first sitting up to its checkpoint, as that sitting logged it there
+    assert run_seconds(4)[0] == up_to_checkpoint and up_to_checkpoint < run_seconds(4)[1] < more.wall_seconds
+    assert more.wall_seconds > up_to_checkpoint + more.epoch_seconds[1]
 
 
 @pytest.mark.parametrize(

@@ -125,6 +125,27 @@ def test_a_deferred_last_epoch_is_left_to_the_finished_run(stopped_by):
     assert per_epoch(state.log_history, "test_accuracy") == [1.0]  # epoch 1 only
 
 
+@pytest.mark.parametrize("checkpoint_logged", [True, False])
+def test_a_resumed_runs_clock_adds_the_time_its_checkpoint_logged(checkpoint_logged):
+    import time
+
+    from topotuner_lab.training.callbacks import RunClock
+
+    earlier = [{"epoch": 1, "epoch_seconds": 50.0}] + ([{"epoch": 1, "run_seconds": 80.0}] if checkpoint_logged else [])
+    state = TrainerState(epoch=2.0, global_step=4, log_history=list(earlier))  # as the checkpoint restores it
+    clock = RunClock(time.perf_counter() - 5.0, resumed=True)  # this sitting began 5 s ago
+    clock.on_epoch_end(None, state, TrainerControl())
+    seconds, whole = clock.seconds(state.log_history)
+    assert whole == checkpoint_logged
+    if checkpoint_logged:  # 80 s before the checkpoint, then this sitting's
+        assert per_epoch(state.log_history, "run_seconds")[-1] == pytest.approx(85.0, abs=1.0)
+        assert 85.0 <= seconds < 90.0
+    else:  # the earlier sittings' time is unknown: nothing is logged, and the run counts this sitting alone
+        assert state.log_history == earlier and 5.0 <= seconds < 10.0
+    fresh = RunClock(time.perf_counter() - 3.0, resumed=False)
+    assert fresh.seconds([{"epoch": 1, "run_seconds": 80.0}])[1] and fresh.seconds([])[0] < 10.0  # history unread
+
+
 @pytest.mark.parametrize(
     "extra, evaluates",
     [

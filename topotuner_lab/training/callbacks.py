@@ -43,6 +43,45 @@ class EpochClock(TrainerCallback):
         state.log_history.append({"epoch": _epoch(state), "epoch_seconds": time.perf_counter() - self._start})
 
 
+class RunClock(TrainerCallback):
+    """The run's wall seconds over all its sittings, logged as ``run_seconds`` at each epoch's end.
+
+    Added after the other callbacks, so an epoch's entry counts its evaluation and snapshot too, and the checkpoint
+    saved after it carries the entry: a run resumed from that checkpoint adds the seconds its earlier sittings spent
+    up to it. A checkpoint that logged none (written before this record) leaves the earlier time unknown: such a run
+    logs no ``run_seconds`` and :meth:`seconds` counts its last sitting alone.
+
+    Parameters
+    ----------
+    started : ``time.perf_counter()`` when this sitting's work on the run began.
+    resumed : whether the run resumes from a checkpoint (its history then comes back with it).
+    """
+
+    def __init__(self, started: float, *, resumed: bool) -> None:
+        self.started, self.resumed = started, resumed
+        self._before: float | None = None if resumed else 0.0
+        self._read = not resumed
+
+    def _earlier(self, log_history: list[dict[str, Any]]) -> float | None:
+        """The seconds of the sittings before this one: the last ``run_seconds`` the checkpoint's history holds."""
+        if not self._read:  # first called before this sitting logs any entry of its own
+            logged = [h["run_seconds"] for h in log_history if "run_seconds" in h]
+            self._before, self._read = (logged[-1] if logged else None), True
+        return self._before
+
+    def seconds(self, log_history: list[dict[str, Any]]) -> tuple[float, bool]:
+        """The run's wall seconds so far, and whether they cover every sitting (False: this sitting alone)."""
+        this_sitting = time.perf_counter() - self.started
+        earlier = self._earlier(log_history)
+        return (this_sitting, False) if earlier is None else (earlier + this_sitting, True)
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        """Log the run's seconds so far (where its earlier sittings' are known)."""
+        seconds, whole = self.seconds(state.log_history)
+        if whole:
+            state.log_history.append({"epoch": _epoch(state), "run_seconds": seconds})
+
+
 class EpochEvaluation(TrainerCallback):
     """Test (and validation) accuracy after every epoch, logged like EpochClock (its seconds excluded from the epoch's).
 

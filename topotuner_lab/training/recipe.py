@@ -33,6 +33,7 @@ from topotuner_lab.training.callbacks import (
     EpochClock,
     EpochEvaluation,
     EpochSnapshots,
+    RunClock,
     at_epoch,
     epoch_snapshot_path,
     evaluation_entry,
@@ -125,8 +126,8 @@ class PreparedRun:
     trainer: Trainer
     threshold: float | None
     resume: str | None
-    #: ``time.perf_counter()`` when the run began (for ``wall_seconds``)
-    started: float
+    #: the run's wall time over its sittings (for ``wall_seconds``)
+    clock: RunClock
 
 
 @dataclass(frozen=True)
@@ -146,9 +147,18 @@ class Evaluation:
 
 
 def _callbacks(
-    loaded: LoadedModel, cfg: FinetuneConfig, card: ProfileCard | None, scorers: Scorers, data: RunData
+    loaded: LoadedModel,
+    cfg: FinetuneConfig,
+    card: ProfileCard | None,
+    scorers: Scorers,
+    data: RunData,
+    clock: RunClock,
 ) -> tuple[list[TrainerCallback], float | None]:
-    """The trainer's callbacks (epoch clock, early stopping, per-epoch evaluation) and the stopping threshold."""
+    """The trainer's callbacks and the stopping threshold.
+
+    The epoch clock, early stopping, per-epoch evaluation and snapshots, then the run's clock, last so that it counts
+    the others.
+    """
     callbacks: list[TrainerCallback] = [EpochClock()]
     threshold = stop_threshold_for(cfg, card)
     if threshold is not None:
@@ -168,7 +178,7 @@ def _callbacks(
         )
     if cfg.save_epoch_snapshots:  # after the early-stopping callback, whose copy of the matrices it reuses
         callbacks.append(_epoch_snapshots(loaded, cfg, callbacks))
-    return callbacks, threshold
+    return [*callbacks, clock], threshold
 
 
 def _snapshot_name(loaded: LoadedModel, cfg: FinetuneConfig) -> str:
@@ -222,7 +232,9 @@ def prepare(loaded: LoadedModel, cfg: FinetuneConfig) -> PreparedRun:
     pretrained = pretrained_scores(loaded, cfg, data, scorers.battery)
     zero_shot = zero_shot_scores(loaded, cfg, data, scorers.test)
     model, setup = prepare_model(loaded, cfg, card)
-    callbacks, threshold = _callbacks(loaded, cfg, card, scorers, data)
+    resume = last_checkpoint(Path(cfg.output_dir)) if cfg.save_checkpoints else None
+    clock = RunClock(started, resumed=resume is not None)
+    callbacks, threshold = _callbacks(loaded, cfg, card, scorers, data, clock)
     return PreparedRun(
         cfg=cfg,
         requested_counts=capped,
@@ -235,8 +247,8 @@ def prepare(loaded: LoadedModel, cfg: FinetuneConfig) -> PreparedRun:
         setup=setup,
         trainer=build_trainer(model, tokenizer, cfg, data, callbacks),
         threshold=threshold,
-        resume=last_checkpoint(Path(cfg.output_dir)) if cfg.save_checkpoints else None,
-        started=started,
+        resume=resume,
+        clock=clock,
     )
 
 
@@ -410,11 +422,13 @@ def persist(loaded: LoadedModel, run: PreparedRun, scores: Evaluation, result: F
         merged = cast("PeftModel", run.model).merge_and_unload() if cfg.method == "lora" else run.model
         weights = extract_snapshot(merged, name=_snapshot_name(loaded, cfg), base_model=loaded.name)
         snapshot = str(save_snapshot(weights, out / "after.safetensors"))
+    seconds, every_sitting = run.clock.seconds(run.trainer.state.log_history)
     result = replace(
         result,
         snapshot=snapshot,
         epoch_snapshots=_listed_epoch_snapshots(out, result.epochs_run) if cfg.save_epoch_snapshots else None,
-        wall_seconds=time.perf_counter() - run.started,
+        wall_seconds=seconds,
+        wall_from_last_sitting=not every_sitting,
     )
     delimiter = run.scorers.test.spec.target_delimiter
     write_predictions(out / PREDICTIONS, run.data.test, scores.test, scores.predictions, delimiter)

@@ -62,6 +62,10 @@ class RunResults(TypedDict, total=False):
     - ``spectrum``: the ``spectrum-top5`` method's percent and the ``unfrozen_parameters`` patterns it trained.
     - ``data_sources``: where each split was read, ``task/split`` -> ``offline PATH`` or ``hub ID, split S`` (the hub
       stands in for an absent offline copy).
+    - ``wall_seconds``: the run's wall time over every sitting that worked on it, up to the checkpoint each left
+      (:class:`~topotuner_lab.training.callbacks.RunClock`); ``wall_from_last_sitting`` True where a run resumed
+      from a checkpoint that recorded no earlier time, so ``wall_seconds`` counts its last sitting alone (a file
+      without the field: every run with ``resumed_from``).
     - ``num_fewshot``: the few-shot examples before each test and validation prompt (``config.num_fewshot`` where
       given, else the task spec's; :mod:`topotuner_lab.tasks.fewshot`).
     """
@@ -132,6 +136,7 @@ class RunResults(TypedDict, total=False):
     snapshot: str
     epoch_snapshots: list[str]
     wall_seconds: float
+    wall_from_last_sitting: bool
 
 
 class ModelRecord(TypedDict):
@@ -175,10 +180,19 @@ def example_lists(scores: ExampleScores) -> dict[str, list[float]]:
 
 
 #: the fields a run has only by its method (the first four) or by what it saved (the last three: ``snapshot`` and
-#: ``epoch_snapshots`` where asked, ``wall_seconds`` on the process that writes): None, and absent from the file,
-#: where it has none
+#: ``epoch_snapshots`` where asked, ``wall_seconds`` and ``wall_from_last_sitting`` on the process that writes): None,
+#: and absent from the file, where it has none
 ABSENT_WHEN_NONE = frozenset(
-    {"trainable_param_names", "profile", "spectrum", "lora_rank", "snapshot", "epoch_snapshots", "wall_seconds"}
+    {
+        "trainable_param_names",
+        "profile",
+        "spectrum",
+        "lora_rank",
+        "snapshot",
+        "epoch_snapshots",
+        "wall_seconds",
+        "wall_from_last_sitting",
+    }
 )
 
 
@@ -257,6 +271,7 @@ class FinetuneResult:
     snapshot: str | None = None
     epoch_snapshots: list[str] | None = None
     wall_seconds: float | None = None
+    wall_from_last_sitting: bool | None = None
 
     def to_dict(self) -> RunResults:
         """``results.json``'s content (less its checksum), a copy: every field in order, less those the run lacks."""

@@ -32,7 +32,14 @@ def render(
     parts = [
         sections.header(command, study.machine),
         sections.setup_section(
-            preset, len(results), study.planned_runs, results, study.test_rows, study.val_sources, study.looks
+            preset,
+            len(results),
+            study.planned_runs,
+            results,
+            study.test_rows,
+            study.val_sources,
+            study.looks,
+            study.last_sitting_runs,
         ),
         sections.claims_section(study.claims, claims_figure),
         sections.sizing_section(study.sizes, results, preset.margin_share),

@@ -104,6 +104,8 @@ class StudyInputs:
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: the stopping rules compared (:func:`stop_rule_comparison`), where card runs scored every epoch
     stop_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: runs whose wall time counts their last sitting alone (resumed from a checkpoint that recorded no earlier time)
+    last_sitting_runs: int = 0
 
 
 def _preset(out: WorkDir, recorded: dict[str, Any]) -> tuple[Preset, int | None, str | None]:
@@ -205,6 +207,7 @@ def load_study(out_dir: str | Path) -> StudyInputs:
             else pd.DataFrame()
         ),
         stop_rule_comparison(results, correct, preset) if len(results) else pd.DataFrame(),
+        sum(bool(res.get("wall_from_last_sitting", res.get("resumed_from") is not None)) for res in runs.values()),
     )
 
 

@@ -184,12 +184,14 @@ def setup_section(
     test_rows: int | None = None,
     val_sources: dict[str, str] | None = None,
     looks: list[dict[str, Any]] | None = None,
+    last_sitting_runs: int = 0,
 ) -> str:
     """What was run and what each run costs here, from the preset the comparison recorded.
 
     ``test_rows`` is how many test examples the runs scored (a split can hold fewer than the preset asks for);
     ``val_sources`` where each target's validation rows came from, as its runs recorded it; ``looks`` the
-    group-sequential looks the study took (a study that stopped at a look planned only its seeds so far).
+    group-sequential looks the study took (a study that stopped at a look planned only its seeds so far);
+    ``last_sitting_runs`` the runs whose wall time counts their last sitting alone (the hours are then a lower bound).
     """
     if not preset.target_tasks:  # drift only: no target fine-tunes to cost, judge or count (the template says so)
         return prose.render("setup", preset=preset)
@@ -213,6 +215,7 @@ def setup_section(
         partial=runs < planned + added,
         planned=planned,
         added=added,
+        last_sitting_runs=last_sitting_runs,
     )
 
 
