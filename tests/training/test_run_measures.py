@@ -146,6 +146,15 @@ def test_a_resumed_runs_clock_adds_the_time_its_checkpoint_logged(checkpoint_log
     assert fresh.seconds([{"epoch": 1, "run_seconds": 80.0}])[1] and fresh.seconds([])[0] < 10.0  # history unread
 
 
+def test_which_runs_are_timed_by_their_last_sitting_alone():
+    from topotuner_lab.training.results import timed_last_sitting_only
+
+    assert not timed_last_sitting_only({"resumed_from": None})
+    assert timed_last_sitting_only({"resumed_from": "checkpoint-96"})  # a file written before the run's clock
+    assert not timed_last_sitting_only({"resumed_from": "checkpoint-96", "wall_from_last_sitting": False})
+    assert timed_last_sitting_only({"resumed_from": "checkpoint-96", "wall_from_last_sitting": True})
+
+
 @pytest.mark.parametrize(
     "extra, evaluates",
     [

@@ -368,10 +368,9 @@ class ProfileCard(Config):
     def save_unless_same(self, path: str | os.PathLike[str]) -> Path:
         """:meth:`save`, but keep a card already at ``path`` that is :meth:`same_as` this one.
 
-        A resumed study rebuilds its cards; an unchanged card keeps the file (the time it was first made, the tasks
-        it was transferred to) it was first made with, also where another CPU rounds its scores differently in the
-        last bits. A file of an older schema is written
-        afresh in the current one.
+        A resumed study rebuilds its cards; an unchanged card keeps its file as first written (its time, the tasks it
+        was since transferred to), also where another CPU rounds its scores differently in the last bits. A file of
+        an older schema is written afresh in the current one.
         """
         path = Path(path)
         if path.is_file() and path.with_suffix(".md").is_file():

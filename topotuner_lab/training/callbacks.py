@@ -58,9 +58,9 @@ class RunClock(TrainerCallback):
     """
 
     def __init__(self, started: float, *, resumed: bool) -> None:
-        self.started, self.resumed = started, resumed
+        self.started = started
         self._before: float | None = None if resumed else 0.0
-        self._read = not resumed
+        self._read = not resumed  # a fresh run has no earlier sitting; a resumed one reads its checkpoint's history
 
     def _earlier(self, log_history: list[dict[str, Any]]) -> float | None:
         """The seconds of the sittings before this one: the last ``run_seconds`` the checkpoint's history holds."""

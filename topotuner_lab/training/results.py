@@ -65,7 +65,7 @@ class RunResults(TypedDict, total=False):
     - ``wall_seconds``: the run's wall time over every sitting that worked on it, up to the checkpoint each left
       (:class:`~topotuner_lab.training.callbacks.RunClock`); ``wall_from_last_sitting`` True where a run resumed
       from a checkpoint that recorded no earlier time, so ``wall_seconds`` counts its last sitting alone (a file
-      without the field: every run with ``resumed_from``).
+      without the field: every run with ``resumed_from``; :func:`timed_last_sitting_only` reads both).
     - ``num_fewshot``: the few-shot examples before each test and validation prompt (``config.num_fewshot`` where
       given, else the task spec's; :mod:`topotuner_lab.tasks.fewshot`).
     """
@@ -179,7 +179,15 @@ def example_lists(scores: ExampleScores) -> dict[str, list[float]]:
     return {name: np.asarray(values, dtype=float).tolist() for name, values in scores.items()}
 
 
-#: the fields a run has only by its method (the first four) or by what it saved (the last three: ``snapshot`` and
+def timed_last_sitting_only(results: Mapping[str, Any]) -> bool:
+    """Whether a run's ``wall_seconds`` count its last sitting alone (resumed from a checkpoint with no earlier time).
+
+    Files written before ``wall_from_last_sitting`` existed timed every resumed run that way.
+    """
+    return bool(results.get("wall_from_last_sitting", results.get("resumed_from") is not None))
+
+
+#: the fields a run has only by its method (the first four) or by what it saved (the last four: ``snapshot`` and
 #: ``epoch_snapshots`` where asked, ``wall_seconds`` and ``wall_from_last_sitting`` on the process that writes): None,
 #: and absent from the file, where it has none
 ABSENT_WHEN_NONE = frozenset(

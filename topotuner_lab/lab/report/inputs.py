@@ -49,6 +49,7 @@ from topotuner_lab.study.stability import (
 from topotuner_lab.study.stopping import EpochRecord, compare_rules, rule_grid
 from topotuner_lab.study.weights_facts import WeightsFacts, weights_facts
 from topotuner_lab.study.workspace import WorkDir
+from topotuner_lab.training.results import timed_last_sitting_only
 
 
 @dataclass
@@ -207,7 +208,7 @@ def load_study(out_dir: str | Path) -> StudyInputs:
             else pd.DataFrame()
         ),
         stop_rule_comparison(results, correct, preset) if len(results) else pd.DataFrame(),
-        sum(bool(res.get("wall_from_last_sitting", res.get("resumed_from") is not None)) for res in runs.values()),
+        sum(timed_last_sitting_only(res) for res in runs.values()),
     )
 
 
