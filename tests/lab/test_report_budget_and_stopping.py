@@ -5,8 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from topotuner_lab.lab.plots import stopping_sweep_figure
 from topotuner_lab.lab.report import sections
-from topotuner_lab.lab.report.inputs import stop_rule_comparison
+from topotuner_lab.lab.report.inputs import stop_rule_comparison, stop_rule_sweeps
 from topotuner_lab.study.presets import Preset
 
 EPOCHS = 6
@@ -73,6 +74,38 @@ def test_the_stopping_section_shows_the_comparison_only_when_there_is_one():
     text = sections.stopping_section(results, rules=rules)
     assert "Four stopping rules" in text and "| validation-loss patience" in text
     assert "Four stopping rules" not in sections.stopping_section(results)
+
+
+def test_each_threshold_rule_is_swept_on_the_judged_runs_through_its_calibrated_point():
+    results, stored = _study()
+    for entry in stored["runs/profile/100/0.001"]["drift_history"]:  # the calibration run moved further
+        entry["from_pretrained"] *= 3
+    correct = lambda d, key: stored[d][key]  # noqa: E731
+    sweeps = stop_rule_sweeps(results, correct, Preset())
+    rules = stop_rule_comparison(results, correct, Preset()).set_index("rule")
+    assert set(sweeps["rule"]) == {"normalized drift below a threshold", "distance from pretrained <= eta"}
+    assert (sweeps["runs"] == 3).all()  # the result seeds, as the comparison judges them
+    drift = sweeps[sweeps["rule"] == "normalized drift below a threshold"].set_index("parameter")
+    calibrated = rules.loc["normalized drift below a threshold"]
+    at = drift.loc[calibrated["parameter"]]
+    assert (at["change"], at["mean_stop"]) == (calibrated["change"], calibrated["mean_stop"])
+    eta = sweeps[sweeps["rule"] == "distance from pretrained <= eta"].sort_values("parameter")
+    assert len(eta) == 200 and eta["mean_stop"].is_monotonic_decreasing  # a wider eta never stops later
+    calibrated_eta = rules.loc["distance from pretrained <= eta"]
+    at_eta = eta[eta["parameter"] == calibrated_eta["parameter"]]  # the grid spans the calibration runs too
+    assert len(at_eta) == 1 and at_eta["change"].item() == calibrated_eta["change"]
+    fig = stopping_sweep_figure(sweeps, rules.reset_index())
+    assert [a.text for a in fig.layout.annotations[:2]] == list(sweeps["rule"].unique())
+    assert {shape.x0 for shape in fig.layout.shapes if shape.line.dash == "dash"} >= {calibrated["parameter"]}
+
+
+def test_the_stopping_section_links_the_sweep_figure_beside_the_comparison():
+    results, stored = _study()
+    results = results.assign(stop_epoch=2, acc_at_stop=0.7, drift_minus_lr_ratio=float("nan"), epochs_run=EPOCHS)
+    rules = stop_rule_comparison(results, lambda d, key: stored[d][key], Preset())
+    text = sections.stopping_section(results, rules=rules, figure="figures/results_stopping_sweep.png")
+    assert "](figures/results_stopping_sweep.png)" in text and "stopping by epoch 3 of 6" in text
+    assert "stopping_sweep" not in sections.stopping_section(results, rules=rules)
 
 
 def test_the_budget_curves_section_lists_every_point_and_links_the_figure():

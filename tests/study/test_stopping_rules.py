@@ -11,6 +11,7 @@ from topotuner_lab.study.stopping import (
     compare_rules,
     judge_rule,
     patience_stop_epoch,
+    rule_sweep,
 )
 from topotuner_lab.training.early_stopping import EARLIEST_STOP
 
@@ -61,3 +62,14 @@ def test_every_rule_is_calibrated_on_one_set_of_runs_and_judged_on_another():
     fixed = table.loc["fixed epoch"]
     assert fixed["parameter"] == 3  # calibrated where the sweep runs plateau ...
     assert fixed["change"] == pytest.approx(-0.10)  # ... and judged where the result runs had not yet
+
+
+def test_a_rule_sweep_judges_the_rule_at_every_point_of_its_grid():
+    runs = [_record(4), _record(5), _record(4, 0.02)]
+    sweep = rule_sweep(runs, "normalized drift below a threshold", BUDGET).set_index("parameter")
+    assert list(sweep.index) == [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+    assert sweep.loc[0.9].to_dict() == {
+        k: v for k, v in judge_rule(runs, "normalized drift below a threshold", 0.9, BUDGET).items() if k != "parameter"
+    }
+    assert sweep.loc[0.2, "mean_stop"] == 6 and sweep.loc[0.3, "mean_stop"] == 4  # 1/e < t first at e = 6, then 4
+    assert (sweep["change_low"] <= sweep["change"]).all() and (sweep["early_low"] <= sweep["early_share"]).all()

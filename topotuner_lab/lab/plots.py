@@ -298,6 +298,70 @@ def budget_curves_figure(
     return fig
 
 
+#: each threshold rule's x axis in the stopping figure
+STOP_RULE_AXES = {
+    "normalized drift below a threshold": "threshold (epoch-to-epoch drift / the first epoch's)",
+    "distance from pretrained <= eta": "eta (mean H0 W1 from the pretrained weights)",
+}
+
+
+def _band(fig: go.Figure, x: pd.Series, low: pd.Series, high: pd.Series, color: str, row: int, col: int) -> None:
+    """A shaded interval between ``low`` and ``high`` (points where either is not finite leave a gap)."""
+    finite = np.isfinite(low) & np.isfinite(high)
+    for y, fill in ((high.where(finite), None), (low.where(finite), "tonexty")):
+        fig.add_trace(
+            go.Scatter(
+                x=x, y=y, mode="lines", line=dict(width=0, color=color), fill=fill, opacity=0.2, showlegend=False,
+                hoverinfo="skip",
+            ),
+            row=row,
+            col=col,
+        )  # fmt: skip
+
+
+def stopping_sweep_figure(
+    sweeps: pd.DataFrame, calibrated: pd.DataFrame, title: str = "Stopping rules over their thresholds"
+) -> go.Figure:
+    """One column per threshold rule: test score at the stop minus the end, and the share stopping early.
+
+    ``sweeps`` is :func:`~topotuner_lab.lab.report.inputs.stop_rule_sweeps`' table (one row per target, rule and
+    parameter, with intervals: shaded); ``calibrated`` the rule comparison, whose parameter per target and rule is
+    marked by a dashed line. The top row's dotted line is the loss the calibration allows (the target's margin);
+    the bottom row's dotted curve is the share of runs stopping at the earliest epoch the rule allows.
+    """
+    rules = [rule for rule in STOP_RULE_AXES if rule in set(sweeps["rule"])]
+    fig = make_subplots(rows=2, cols=max(1, len(rules)), subplot_titles=rules, shared_xaxes="columns")
+    palette = dict(zip(dict.fromkeys(sweeps["target"]), itertools.cycle(qualitative.Plotly)))
+    chosen = calibrated.set_index(["target", "rule"])["parameter"] if len(calibrated) else pd.Series(dtype=float)
+    for col, rule in enumerate(rules, start=1):
+        for target, points in sweeps[sweeps["rule"] == rule].groupby("target", sort=False):
+            points, color = points.sort_values("parameter"), palette[target]
+            x = points["parameter"]
+            _band(fig, x, points["change_low"], points["change_high"], color, 1, col)
+            _band(fig, x, points["early_low"], points["early_high"], color, 2, col)
+            for row, column, dash, name in ((1, "change", None, target), (2, "early_share", None, target),
+                                            (2, "at_minimum", "dot", f"{target}: at the earliest epoch")):  # fmt: skip
+                fig.add_trace(
+                    go.Scatter(
+                        x=x, y=points[column], mode="lines", name=name, legendgroup=name,
+                        showlegend=col == 1 and row == (2 if dash else 1), line=dict(color=color, dash=dash),
+                    ),
+                    row=row,
+                    col=col,
+                )  # fmt: skip
+            fig.add_hline(y=-float(points["tolerance"].iloc[0]), line=dict(color=color, dash="dot"), row=1, col=col)
+            parameter = chosen.get((target, rule))
+            if parameter is not None and np.isfinite(parameter):
+                for row in (1, 2):
+                    fig.add_vline(x=float(parameter), line=dict(color=color, dash="dash"), row=row, col=col)
+        fig.update_xaxes(title_text=STOP_RULE_AXES[rule], row=2, col=col)
+    fig.update_yaxes(title_text="test score at stop - end", row=1, col=1)
+    fig.update_yaxes(title_text="share stopping by half the budget", row=2, col=1)
+    fig.update_yaxes(range=[0, 1.02], row=2)
+    fig.update_layout(title=title, template="plotly_white", height=560, legend_title_text="target")
+    return fig
+
+
 def rank_correlation(
     table: pd.DataFrame, columns: Sequence[str], title: str = "Spearman rank correlation: topology vs magnitude"
 ) -> go.Figure:

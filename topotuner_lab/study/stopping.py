@@ -9,7 +9,8 @@ each epoch, its test accuracy per epoch. The stop epoch at another threshold is 
 Two rules are replayed: the callback's own (normalized epoch-to-epoch drift below a threshold, :func:`stop_epoch_at`)
 and the authors' (``FDataLab/TopoTuner``, ``codes/utils/plot_topology_stopping_eta.py``: the first epoch t >= 2 whose
 mean H0 W1 distance from the pretrained weights is <= eta, :func:`eta_stop_epoch`), each over a grid of its
-thresholds (:func:`threshold_sweep` with ``rule``; :func:`eta_grid` spans the distances the runs recorded).
+thresholds (:func:`threshold_sweep` with ``rule``; :func:`eta_grid` spans the distances the runs recorded), and
+:func:`rule_sweep` judges either at every point of its grid with intervals.
 
 :func:`compare_rules` sets both beside fixed-epoch stopping and validation-loss patience: each rule's parameter is
 calibrated on the sweep seeds' runs (:func:`calibrate`: the earliest average stop that keeps the validation score
@@ -222,6 +223,28 @@ def judge_rule(
         "change_low": cost.low,
         "change_high": cost.high,
     }
+
+
+#: the rules that read a drift signal against a threshold: the report draws each over its whole grid
+THRESHOLD_RULES: tuple[str, ...] = ("normalized drift below a threshold", "distance from pretrained <= eta")
+
+
+def rule_sweep(
+    records: Sequence[EpochRecord],
+    rule: str,
+    budget: int,
+    grid: Sequence[float] | None = None,
+    level: float = 0.95,
+) -> pd.DataFrame:
+    """``rule`` judged at every parameter of ``grid`` on ``records``: score at stop minus end, share stopping early.
+
+    One :func:`judge_rule` row per parameter, so each point carries its intervals: the curve of accuracy against
+    threshold the report draws, beside the one parameter :func:`calibrate` picks. ``grid`` defaults to the rule's
+    own over ``records`` (:func:`rule_grid`); pass the grid over the calibration runs too, so the calibrated
+    parameter lies on the curve.
+    """
+    grid = rule_grid(rule, records, budget) if grid is None else grid
+    return pd.DataFrame([judge_rule(records, rule, p, budget, level) for p in grid])
 
 
 def compare_rules(

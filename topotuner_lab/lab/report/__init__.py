@@ -15,6 +15,7 @@ from topotuner_lab.lab.report.figures import (
     export_claims_figure,
     export_drift_figures,
     export_matrix_figure,
+    export_stopping_figure,
 )
 from topotuner_lab.lab.report.inputs import StudyInputs, load_study
 
@@ -26,6 +27,7 @@ def render(
     matrix_figure: str | None = None,
     claims_figure: str | None = None,
     curves_figure: str | None = None,
+    stopping_figure: str | None = None,
 ) -> str:
     """The report's Markdown from loaded inputs and the figure paths (model, prior) -> relative path."""
     results, preset = study.results, study.preset
@@ -53,7 +55,7 @@ def render(
         parts += [
             sections.lr_section(results, preset.rate_criterion),
             sections.spread_section(results),
-            sections.stopping_section(results, study.stop_histories, study.stop_rules),
+            sections.stopping_section(results, study.stop_histories, study.stop_rules, stopping_figure),
         ]
     kinds = {}
     for index, model in enumerate(study.models):
@@ -101,5 +103,12 @@ def write_report(out_dir: str | Path, target: str | Path, command: str) -> Path:
         if len(study.curves)
         else None
     )
-    atomic.write_text(target, render(study, figures, command, matrix_figure, claims_figure, curves_figure))
+    stopping_figure = (
+        export_stopping_figure(study.stop_sweeps, study.stop_rules, target.parent / "figures", target.stem.lower())
+        if len(study.stop_sweeps)
+        else None
+    )
+    atomic.write_text(
+        target, render(study, figures, command, matrix_figure, claims_figure, curves_figure, stopping_figure)
+    )
     return target

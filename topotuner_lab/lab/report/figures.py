@@ -12,6 +12,7 @@ from topotuner_lab.lab.plots import (
     claims_forest,
     drift_heatmaps,
     save_figure,
+    stopping_sweep_figure,
     transfer_matrix_heatmap,
 )
 from topotuner_lab.lab.report.inputs import ModelDrift
@@ -93,4 +94,13 @@ def export_budget_figure(curves: pd.DataFrame, folder: Path, report: str = "resu
     """Write the budget curves (score against Train.%) into ``folder``; the PNG path relative to the report."""
     stem = f"{report}_budget_curves"
     save_figure(budget_curves_figure(curves), folder / stem)
+    return f"{folder.name}/{stem}.png"
+
+
+def export_stopping_figure(
+    sweeps: pd.DataFrame, calibrated: pd.DataFrame, folder: Path, report: str = "results"
+) -> str:
+    """Write the threshold rules' sweeps (score and stopping share per threshold) into ``folder``; the PNG path."""
+    stem = f"{report}_stopping_sweep"
+    save_figure(stopping_sweep_figure(sweeps, calibrated), folder / stem)
     return f"{folder.name}/{stem}.png"

@@ -7,7 +7,7 @@ the comparison did not write is left out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from topotuner_lab.study.stability import (
     stability_table,
     value_output_share,
 )
-from topotuner_lab.study.stopping import EpochRecord, compare_rules, rule_grid
+from topotuner_lab.study.stopping import THRESHOLD_RULES, EpochRecord, compare_rules, rule_grid, rule_sweep
 from topotuner_lab.study.weights_facts import WeightsFacts, weights_facts
 from topotuner_lab.study.workspace import WorkDir
 from topotuner_lab.training.results import timed_last_sitting_only
@@ -107,6 +107,8 @@ class StudyInputs:
     stop_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: runs whose wall time counts their last sitting alone (resumed from a checkpoint that recorded no earlier time)
     last_sitting_runs: int = 0
+    #: the threshold rules over their whole grids on the same runs (:func:`stop_rule_sweeps`)
+    stop_sweeps: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _preset(out: WorkDir, recorded: dict[str, Any]) -> tuple[Preset, int | None, str | None]:
@@ -209,6 +211,7 @@ def load_study(out_dir: str | Path) -> StudyInputs:
         ),
         stop_rule_comparison(results, correct, preset) if len(results) else pd.DataFrame(),
         sum(timed_last_sitting_only(res) for res in runs.values()),
+        stop_rule_sweeps(results, correct, preset) if len(results) else pd.DataFrame(),
     )
 
 
@@ -282,19 +285,19 @@ def _epoch_record(correct: Any, run_dir: str) -> EpochRecord | None:
     )
 
 
-def stop_rule_comparison(results: pd.DataFrame, correct: Any, preset: Preset) -> pd.DataFrame:
-    """Per target: four stopping rules calibrated on the sweep runs at each card's chosen rate, judged on the rest.
+def _stop_rule_splits(
+    results: pd.DataFrame, correct: Any, preset: Preset
+) -> Iterator[tuple[str, list[EpochRecord], list[EpochRecord], int, float]]:
+    """Per target: (target, calibration records, result records, epoch budget, the target's competitive margin).
 
     The calibration runs are the card runs of the sweep (the sweep seeds, or the first seed) at the rate each arm
-    kept; the judged runs are the other seeds' at that rate. Each rule may lose at most the target's competitive
-    margin (in accuracy) on the calibration runs' validation scores. A rule whose signal no run recorded (the eta
-    rule before runs kept their distance from the pretrained weights) is left out.
+    kept; the result runs are the other seeds' at that rate (linear schedule, runs that scored every epoch). A
+    target with no calibration run or fewer than two result runs is left out.
     """
     cards = results[(results["method"] == "profile") & (results["schedule"].fillna("linear") == "linear")]
     chosen = cards[cards["selected"].astype(bool)]
     rates = chosen.groupby(["target", "run"])["lr"].first()
     at_rate = cards[[rates.get((t, r)) == lr for t, r, lr in zip(cards["target"], cards["run"], cards["lr"])]]
-    frames = []
     for target, runs in at_rate.groupby("target", sort=False):
         split = {
             name: [r for d in part["run_dir"] if (r := _epoch_record(correct, str(d))) is not None]
@@ -307,9 +310,36 @@ def stop_rule_comparison(results: pd.DataFrame, correct: Any, preset: Preset) ->
             continue
         margin = competitive_margin(runs_at_chosen_rate(results[results["target"] == target]), preset.margin_share)
         budget = max(len(r.test_score) for r in split["result"])
-        table = compare_rules(split["calibration"], split["result"], budget, margin.value)
-        recorded = [rule for rule in table["rule"] if rule_grid(rule, split["calibration"], budget)]
-        frames.append(table[table["rule"].isin(recorded)].assign(target=target, tolerance=margin.value))
+        yield str(target), split["calibration"], split["result"], budget, margin.value
+
+
+def stop_rule_comparison(results: pd.DataFrame, correct: Any, preset: Preset) -> pd.DataFrame:
+    """Per target: four stopping rules calibrated on the sweep runs at each card's chosen rate, judged on the rest.
+
+    Each rule may lose at most the target's competitive margin (in accuracy) on the calibration runs' validation
+    scores (:func:`_stop_rule_splits` says which runs). A rule whose signal no run recorded (the eta rule before
+    runs kept their distance from the pretrained weights) is left out.
+    """
+    frames = []
+    for target, calibration, result, budget, tolerance in _stop_rule_splits(results, correct, preset):
+        table = compare_rules(calibration, result, budget, tolerance)
+        recorded = [rule for rule in table["rule"] if rule_grid(rule, calibration, budget)]
+        frames.append(table[table["rule"].isin(recorded)].assign(target=target, tolerance=tolerance))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def stop_rule_sweeps(results: pd.DataFrame, correct: Any, preset: Preset) -> pd.DataFrame:
+    """Per target: each threshold rule judged at every point of its grid on the result runs (the stopping figure).
+
+    The same runs :func:`stop_rule_comparison` judges, over the rule's grid on them joined with its grid on the
+    calibration runs, so the figure's curve passes through the comparison's calibrated row.
+    """
+    frames = [
+        rule_sweep(result, rule, budget, grid).assign(target=target, tolerance=tolerance)
+        for target, calibration, result, budget, tolerance in _stop_rule_splits(results, correct, preset)
+        for rule in THRESHOLD_RULES
+        if (grid := sorted({*rule_grid(rule, calibration, budget), *rule_grid(rule, result, budget)}))
+    ]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

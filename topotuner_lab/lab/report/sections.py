@@ -334,10 +334,12 @@ def stopping_section(
     results: pd.DataFrame,
     histories: list[tuple[list[float], list[float]]] | None = None,
     rules: pd.DataFrame | None = None,
+    figure: str | None = None,
 ) -> str:
     """Stop epochs by schedule, a threshold sweep over the stored drift, the rules compared, drift against the rate.
 
-    ``rules`` is :func:`~topotuner_lab.lab.report.inputs.stop_rule_comparison`'s table (empty or None: not shown).
+    ``rules`` is :func:`~topotuner_lab.lab.report.inputs.stop_rule_comparison`'s table (empty or None: not shown);
+    ``figure`` the path of the threshold rules' sweeps drawn on the same runs (shown with the comparison).
     """
     cards = stopping_runs(results)
     if cards.empty:
@@ -364,14 +366,17 @@ def stopping_section(
         mean_test_acc=("test_acc", "mean"),
         mean_acc_at_stop=("acc_at_stop", "mean"),
     )
+    budget = int(cards["epochs_run"].max())
     rule = None  # the rule at other thresholds, from each linear run's stored drift per epoch
     if histories:
-        budget = int(cards["epochs_run"].max())
         rule = {"sweep": threshold_sweep(histories, budget), "early": early_by(budget), "budget": budget}
     gap = None
     if results["drift_minus_lr_ratio"].notna().any():
         gap = results.groupby("method")["drift_minus_lr_ratio"].median().dropna()  # methods with a drift record
-    return prose.render("stopping", table=table, rule=rule, gap=gap, compared=compared)
+    return prose.render(
+        "stopping", table=table, rule=rule, gap=gap, compared=compared, figure=figure, early=early_by(budget),
+        budget=budget,
+    )  # fmt: skip
 
 
 def budget_curves_section(curves: pd.DataFrame, figure: str | None = None, measure: str = "accuracy") -> str:
