@@ -53,6 +53,18 @@ QUOTES = [
         "fine-tune drift is {}",
     ),
     (
+        "models noise ratio",
+        r"SmolLM2's priors move its weights only ([\d.]+)x the perturbation floor",
+        "RESULTS-models.md",
+        "fine-tune drift is {}x the noise floor",
+    ),
+    (
+        "models V/O share difference",
+        r"in the V/O share of the picks: (\+[\d.]+)\)",
+        "RESULTS-models.md",
+        "Qwen/Qwen2.5-Coder-0.5B-Instruct (prior seeds: 3 and 3) | {} [",
+    ),
+    (
         "families hours",
         r"`families` \(([\d.]+) h of fine-tunes measured here; report in `docs/RESULTS-families.md`\)",
         "RESULTS-families.md",

@@ -119,24 +119,46 @@ def test_kind_counts_and_value_output_share(cards_by_seed):
     assert value_output_share(card) == pytest.approx((counts["v"] + counts["o"]) / len(card.trainable))
 
 
+#: a second checkpoint of each family the paper places, so a difference between checkpoints may stand for the families
+SECOND_CHECKPOINTS = {"tinyllama": ("llama", [0.6, 0.6, 0.65]), "qwen-b": ("qwen2", [0.3, 0.3, 0.35])}
+
+
 def test_model_dependence_claim_follows_the_papers_direction():
-    shares = {"smol": ("llama", [0.8, 0.7, 0.75]), "qwen": ("qwen2", [0.2, 0.3, 0.25])}
-    (claim,) = model_dependence_claims(shares)
+    shares = {"smol": ("llama", [0.8, 0.7, 0.75]), "qwen": ("qwen2", [0.2, 0.3, 0.25]), **SECOND_CHECKPOINTS}
+    claim = model_dependence_claims(shares)[0]
     assert claim.verdict == "held" and claim.estimate == pytest.approx(0.5)
     assert "not a paper claim" not in claim.claim
     # the main model a Qwen: the claim still reads LLaMA minus Qwen
-    (flipped,) = model_dependence_claims({"qwen": shares["qwen"], "smol": shares["smol"]})
+    flipped = model_dependence_claims({"qwen": shares["qwen"], "smol": shares["smol"], **SECOND_CHECKPOINTS})[0]
     assert flipped.estimate == pytest.approx(0.5) and flipped.verdict == "held"
     # the opposite data: did not hold
-    (against,) = model_dependence_claims({"smol": ("llama", [0.2, 0.25]), "qwen": ("qwen2", [0.7, 0.8])})
+    (against, *_) = model_dependence_claims(
+        {"smol": ("llama", [0.2, 0.25]), "qwen": ("qwen2", [0.7, 0.8]), **SECOND_CHECKPOINTS}
+    )
     assert against.verdict == "not testable here"  # two prior seeds per model: no verdict
-    (against,) = model_dependence_claims({"smol": ("llama", [0.2, 0.25, 0.2]), "qwen": ("qwen2", [0.7, 0.8, 0.75])})
+    (against, *_) = model_dependence_claims(
+        {"smol": ("llama", [0.2, 0.25, 0.2]), "qwen": ("qwen2", [0.7, 0.8, 0.75]), **SECOND_CHECKPOINTS}
+    )
     assert against.verdict == "did not hold"
 
 
+def test_one_checkpoint_per_family_makes_the_family_claim_a_pilot():
+    shares = {"smol": ("llama", [0.8, 0.7, 0.75]), "qwen": ("qwen2", [0.2, 0.3, 0.25])}
+    (claim,) = model_dependence_claims(shares)  # the interval clears 0, but over one checkpoint's prior seeds
+    assert claim.verdict == "pilot" and claim.low > 0
+    assert claim.to_decide == "2 checkpoints or more per family (here 1 LLaMA, 1 Qwen)"
+    (claim,) = model_dependence_claims({**shares, "qwen-b": SECOND_CHECKPOINTS["qwen-b"]})[:1]
+    assert claim.to_decide == "2 checkpoints or more per family (here 1 LLaMA)"  # Qwen has two
+
+
 def test_model_dependence_against_a_family_the_paper_does_not_place_is_not_a_paper_claim():
-    (claim,) = model_dependence_claims(
-        {"smol": ("llama", [0.5, 0.5, 0.55]), "gemma": ("gemma3_text", [0.5, 0.6, 0.55])}
-    )
+    (claim, _) = model_dependence_claims(
+        {
+            "smol": ("llama", [0.5, 0.5, 0.55]),
+            "gemma": ("gemma3_text", [0.5, 0.6, 0.55]),
+            "gemma-b": ("gemma3_text", [0.5, 0.5, 0.55]),
+            "tinyllama": SECOND_CHECKPOINTS["tinyllama"],
+        }
+    )[:2]
     assert "not a paper claim" in claim.claim and claim.verdict == "inconclusive"
     assert np.isfinite(claim.low) and claim.low <= claim.estimate <= claim.high

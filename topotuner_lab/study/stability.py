@@ -29,6 +29,7 @@ from topotuner_lab.study.claims import ClaimResult
 from topotuner_lab.study.stats import (
     LEVEL,
     N_BOOT,
+    PILOT,
     UNTESTABLE,
     Interval,
     bootstrap_stat,
@@ -50,6 +51,9 @@ FAMILIES: dict[str, str] = {
 }
 #: prior seeds per model (per card) below which the bootstrap over seeds is too coarse for a verdict
 MIN_PRIOR_SEEDS = 3
+#: checkpoints per family below which a difference between two checkpoints cannot stand for their families (one
+#: checkpoint confounds its family with its size, quantization and training)
+MIN_CHECKPOINTS_PER_FAMILY = 2
 #: families the paper says drift in V/O, and the families it places at all (Qwen: in K/Q)
 VO_FAMILIES: tuple[str, ...] = ("LLaMA", "Mistral")
 PAPER_FAMILIES: tuple[str, ...] = (*VO_FAMILIES, "Qwen")
@@ -254,9 +258,12 @@ def model_dependence_claims(shares: Mapping[str, tuple[str, Sequence[float]]]) -
 
     ``shares`` maps a model's name to ``(architecture, [V/O share per prior seed])``, the main model first. Where the
     paper names both families and puts exactly one of them in V/O, the claim is that one's share is the larger;
-    other pairs are reported the same way, marked as not a paper claim.
+    other pairs are reported the same way, marked as not a paper claim. The interval is over prior seeds of two
+    checkpoints; where either family has fewer than :data:`MIN_CHECKPOINTS_PER_FAMILY` checkpoints here, a verdict
+    would credit the family with what may be the checkpoint's size, quantization or training, so it reads *pilot*.
     """
     names = list(shares)
+    checkpoints = Counter(family(architecture) for architecture, _ in shares.values())
     claims: list[ClaimResult] = []
     first = names[0]
     arch_a, a = shares[first]
@@ -269,6 +276,13 @@ def model_dependence_claims(shares: Mapping[str, tuple[str, Sequence[float]]]) -
         if sign < 0:
             interval = Interval(-interval.estimate, -interval.high, -interval.low, interval.level)
         lead, trail = (first, other) if sign > 0 else (other, first)
+        judged = verdict(interval, 0.0) if min(len(a), len(b)) >= MIN_PRIOR_SEEDS else UNTESTABLE
+        few = {fam: checkpoints[fam] for fam in (fam_a, fam_b) if checkpoints[fam] < MIN_CHECKPOINTS_PER_FAMILY}
+        to_decide = ""
+        if few and judged != UNTESTABLE:
+            judged = PILOT
+            here = ", ".join(f"{count} {fam}" for fam, count in few.items())
+            to_decide = f"{MIN_CHECKPOINTS_PER_FAMILY} checkpoints or more per family (here {here})"
         claims.append(
             ClaimResult(
                 (ClaimId.KINDS_DEPEND_ON_FAMILY if paper else ClaimId.KINDS_DEPEND_ON_FAMILY_UNCLAIMED).value,
@@ -278,7 +292,8 @@ def model_dependence_claims(shares: Mapping[str, tuple[str, Sequence[float]]]) -
                 interval.low,
                 interval.high,
                 0.0,
-                verdict(interval, 0.0) if min(len(a), len(b)) >= MIN_PRIOR_SEEDS else UNTESTABLE,
+                judged,
+                to_decide,
             )
         )
     return claims
