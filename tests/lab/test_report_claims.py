@@ -49,6 +49,18 @@ def test_the_papers_counts_come_from_the_claims():
     assert paper_count(CLAIMS) in text and "(figures/results_claims.png)" in text
 
 
+def test_the_claims_table_names_the_level_its_intervals_are_at():
+    assert "| estimate [95% CI]" in claims_section(CLAIMS) and "CI level" not in claims_section(CLAIMS)
+    at_look = [replace(c, level=0.994425) for c in CLAIMS]  # a group-sequential look's level
+    text = claims_section(at_look, "figures/results_claims.png")
+    assert "| estimate [99.44% CI]" in text and "95%" not in text.split("Over all settings")[0].split("|", 1)[1]
+    assert "estimate, 99.44% interval, threshold" in text
+    mixed = [*at_look[:3], *CLAIMS[3:]]  # paired claims at the look, the speed ratios at 95%
+    text = claims_section(mixed, "figures/results_claims.png")
+    assert "| estimate [CI]" in text and "| CI level" in text and "| 99.44%" in text and "| 95%" in text
+    assert "estimate, interval at the level in the table, threshold" in text
+
+
 def test_the_forest_plot_shows_each_difference_with_its_threshold_band_and_verdict():
     fig = claims_forest(claims_frame(CLAIMS))
     shown = {trace.name: list(trace.x) for trace in fig.data}

@@ -351,6 +351,12 @@ def test_forgetting_by_text_nll_and_accuracy_at_the_stop_epoch_are_paired_claims
     assert at_last["high-drift@0.01"].estimate == 0 and at_last["high-drift@0.01"].verdict == "not testable here"
     # results of a version without per-text values: no claim, no error
     assert not [c for c in claim_results(results, correct) if "NLL" in c.claim]
+    # at a group-sequential look both take the look's level, as every paired claim does
+    looked = claim_results(results, more, ClaimRules(level=0.9944))
+    at_look = {c.claim: c for c in looked if c.claim in (ClaimId.LESS_FORGETTING_NLL, ClaimId.STOP_KEEPS_ACCURACY)}
+    assert {c.level for c in at_look.values()} == {0.9944} and nll.level == 0.95
+    wider = at_look[ClaimId.LESS_FORGETTING_NLL]
+    assert wider.high - wider.low > nll.high - nll.low
 
 
 def _seed_noisy(seeds: int, shift: float, seed_sd: float, examples: int = 4000) -> tuple[np.ndarray, np.ndarray]:

@@ -78,6 +78,8 @@ class ClaimResult:
     role: str = ""
     #: a difference claim's equivalence band (+-), where it has one
     band: float | None = None
+    #: the confidence level of the interval (a group-sequential look's, for the paired claims judged at it)
+    level: float = LEVEL
     #: the variance components behind a paired interval (for the size a corrected test needs); not a table column
     design: Design | None = field(default=None, repr=False, compare=False)
 
@@ -224,6 +226,7 @@ def _result(
         to_decide,
         p,
         band=band,
+        level=interval.level,
         design=interval.design,
     )
 
@@ -494,8 +497,10 @@ def claim_results(
         )
         if has_full:
             for card in cards.values():
-                claims += _forgetting_nll_claim(group, setting, card, correct, rules.seed_level)
-        claims += _stop_accuracy_claims(group, setting, correct, margin, list(cards.values()), rules.seed_level)
+                claims += _forgetting_nll_claim(group, setting, card, correct, rules.seed_level, rules.level)
+        claims += _stop_accuracy_claims(
+            group, setting, correct, margin, list(cards.values()), rules.seed_level, rules.level
+        )
         for budget, card in cards.items():
             controls = _default_cards(group, budget)
             for control in sorted(set(controls.loc[controls["strategy"].isin(CONTROLS), "run"])):
@@ -513,7 +518,12 @@ def _per_seed(group: pd.DataFrame, name: str, read: Callable[[str], Sequence[flo
 
 
 def _forgetting_nll_claim(
-    group: pd.DataFrame, setting: str, card: str, correct: Callable[[str, str], list[int]], seed_level: bool = False
+    group: pd.DataFrame,
+    setting: str,
+    card: str,
+    correct: Callable[[str, str], list[int]],
+    seed_level: bool = False,
+    level: float = LEVEL,
 ) -> list[ClaimResult]:
     """Forgetting as the rise of each held-out text's NLL (after - before), the card against full FT, paired.
 
@@ -541,7 +551,7 @@ def _forgetting_nll_claim(
             ClaimId.LESS_FORGETTING_NLL,
             setting,
             f"{card} - full (rise of each held-out text's mean NLL, nats)",
-            paired_interval(x[:, keep], y[:, keep], seed_level),
+            paired_interval(x[:, keep], y[:, keep], seed_level, level),
             0.0,
             higher_is_better=False,
         )
@@ -555,6 +565,7 @@ def _stop_accuracy_claims(
     margin: float,
     cards: list[str],
     seed_level: bool = False,
+    level: float = LEVEL,
 ) -> list[ClaimResult]:
     """Accuracy at the stop epoch against the same runs' full budget, per topology card (non-inferiority, paired).
 
@@ -581,7 +592,7 @@ def _stop_accuracy_claims(
             ClaimId.STOP_KEEPS_ACCURACY,
             setting,
             f"{name}: accuracy at the stop epoch - after the full budget",
-            paired_interval([stop[s] for s in seeds], [full[s] for s in seeds], seed_level),
+            paired_interval([stop[s] for s in seeds], [full[s] for s in seeds], seed_level, level),
             -margin,
         )
         # a rule that never fired before the full budget says nothing about the accuracy it keeps
@@ -755,6 +766,17 @@ def paper_speed(claims: list[ClaimResult]) -> str:
 def claims_frame(claims: list[ClaimResult]) -> pd.DataFrame:
     """The claim results as a table, one row each."""
     return pd.DataFrame([c.as_row() for c in claims])
+
+
+def level_percent(level: float) -> str:
+    """A confidence level as a report writes it: 0.95 -> "95%", a look's 0.99443 -> "99.44%"."""
+    return f"{100 * level:.4g}%"
+
+
+def common_level(claims: Sequence[ClaimResult]) -> str | None:
+    """The claims' shared confidence level (:func:`level_percent`), or None where their levels differ."""
+    levels = {c.level for c in claims}
+    return level_percent(levels.pop()) if len(levels) == 1 else None
 
 
 def summary_verdict(claims: list[ClaimResult], claim: str) -> str:

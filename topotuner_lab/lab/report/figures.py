@@ -17,7 +17,7 @@ from topotuner_lab.lab.plots import (
 )
 from topotuner_lab.lab.report.inputs import ModelDrift
 from topotuner_lab.profiles.select import normalized_scores
-from topotuner_lab.study.claims import ClaimResult, claims_frame
+from topotuner_lab.study.claims import ClaimResult, claims_frame, common_level
 
 #: raw columns shown beside the score the cards rank by
 HEATMAP_COLUMNS = ["h0_w1", "h1_w1", "rel_frobenius"]
@@ -86,7 +86,9 @@ def export_claims_figure(claims: list[ClaimResult], folder: Path, report: str = 
     if not paired:
         return None
     stem = f"{report}_claims"
-    save_figure(claims_forest(claims_frame(paired)), folder / stem)
+    common = common_level(paired)
+    title = f"Claims: estimate and {common} interval" if common else "Claims: estimate and interval (levels differ)"
+    save_figure(claims_forest(claims_frame(paired), title), folder / stem)
     return f"{folder.name}/{stem}.png"
 
 

@@ -23,6 +23,8 @@ from topotuner_lab.study.claims import (
     ClaimResult,
     ClaimRules,
     claims_frame,
+    common_level,
+    level_percent,
     paper_count,
     paper_speed,
     recorded_metric,
@@ -264,19 +266,28 @@ def sizing_section(sizes: pd.DataFrame, results: pd.DataFrame, margin_share: flo
 def claims_section(claims: list[ClaimResult], forest: str | None = None) -> str:
     """The claims table with one verdict per claim, the paper's counts, and the forest plot of the paired claims.
 
-    The table holds each estimate, its 95% interval, threshold and verdict; the paper's counts are the settings the
+    The table holds each estimate, its interval (its level in the header where every claim shares one, else in a
+    column), threshold and verdict; the paper's counts are the settings the
     card beats LoRA in and the time it saves; ``forest`` is the forest plot's PNG path.
     """
     if not claims:
         return prose.render("claims", judged=False)
     table = claims_frame(claims)
     fmt = lambda v, signed: f"{v:+.3f}" if signed else f"{v:.3g}"  # noqa: E731 - differences signed, ratios and epochs plain
-    table["estimate [95% CI]"] = [
+    common = common_level(claims)  # a group-sequential look widens the paired claims' intervals past 95%
+    estimate = f"estimate [{common} CI]" if common else "estimate [CI]"
+    table[estimate] = [
         f"{fmt(e, ' - ' in m)} [{fmt(lo, ' - ' in m)}, {fmt(hi, ' - ' in m)}]"
         for e, lo, hi, m in zip(table["estimate"], table["low"], table["high"], table["measure"])
     ]
+    table["CI level"] = [level_percent(level) for level in table["level"]]
     roles = "role" in table and (table["role"].fillna("") != "").any()
-    columns = [*(["role"] if roles else []), "claim", "setting", "measure", "estimate [95% CI]", "threshold", "verdict"]
+    columns = [
+        *(["role"] if roles else []),
+        *("claim", "setting", "measure", estimate),
+        *([] if common else ["CI level"]),
+        *("threshold", "verdict"),
+    ]
     sized = "to_decide" in table and (table["to_decide"].fillna("") != "").any()
     interim = bool((table["verdict"] == INTERIM).any())
     return prose.render(
@@ -291,6 +302,7 @@ def claims_section(claims: list[ClaimResult], forest: str | None = None) -> str:
         overall=[(claim, summary_verdict(claims, claim)) for claim in dict.fromkeys(table["claim"])],
         counts=[line for line in (paper_count(claims), paper_speed(claims)) if line],
         forest=forest,
+        common=common,
     )
 
 
