@@ -20,6 +20,7 @@ from topotuner_lab.study.claims import (
     competitive_margin,
     pilot_labels,
     runs_at_chosen_rate,
+    stopping_runs,
     summary_verdict,
     topology_card,
 )
@@ -146,7 +147,8 @@ def test_claims_compare_the_pre_specified_card_and_judge_each_claim():
     assert competitive.verdict == NOT_HELD and competitive.high < competitive.threshold == -FALLBACK_MARGIN
     assert claims[ClaimId.BEATS_LORA].verdict == HELD
     assert claims[ClaimId.FASTER_THAN_FULL].verdict == HELD  # 6 s vs 10 s per epoch
-    assert claims[ClaimId.STOPS_EARLY].estimate == 1.0  # every card run by epoch 2 of 4
+    assert claims[ClaimId.STOPS_EARLY].estimate == 1.0  # every card run by epoch 2 of 4 ...
+    assert claims[ClaimId.STOPS_EARLY].verdict == "not testable here"  # ... which is the rule's earliest
     assert summary_verdict(list(claims.values()), ClaimId.BEATS_LORA) == HELD
     # the thesis: low drift is the complement of the high-drift card's correctness here, so high drift wins
     thesis = claims[ClaimId.THESIS]
@@ -252,8 +254,28 @@ def test_a_stopping_share_too_few_runs_could_never_decide_is_not_testable_and_si
     five = pd.concat([few.assign(seed=s) for s in range(5)], ignore_index=True)  # five seeds, one card
     share = {c.claim: c for c in claim_results(five, correct)}[ClaimId.STOPS_EARLY]
     assert share.estimate == 1.0 and share.verdict == "not testable here" and share.to_decide == "6 runs or more"
-    eight = {c.claim: c for c in claim_results(results, correct)}[ClaimId.STOPS_EARLY]
-    assert eight.verdict == HELD  # 8 card runs all stopping by epoch 2 of 4
+    later = results.assign(epochs_run=6, stop_epoch=results["stop_epoch"].where(results["stop_epoch"].isna(), 3))
+    eight = {c.claim: c for c in claim_results(later, correct)}[ClaimId.STOPS_EARLY]
+    assert eight.verdict == HELD  # 8 card runs all stopping at epoch 3 of 6
+
+
+def test_a_stopping_share_reached_at_the_rules_earliest_epoch_is_not_testable():
+    full = np.ones(50, dtype=int)
+    results, correct = _results(full, full, full, full)
+    results = results.assign(epochs_run=6)
+    cards = results["run_dir"].isin(stopping_runs(results)["run_dir"])  # the card runs the claim counts
+    assert cards.sum() == 8
+    for at_floor, expected in ((5, "not testable here"), (4, HELD)):  # of the 8 card runs; the others stop at 3
+        stops = [2] * at_floor + [3] * (8 - at_floor)
+        runs = results.copy()
+        runs.loc[cards, "stop_epoch"] = stops
+        share = {c.claim: c for c in claim_results(runs, correct)}[ClaimId.STOPS_EARLY]
+        assert share.estimate == 1.0 and share.verdict == expected
+        assert f"{at_floor} at epoch 2, the earliest the rule allows" in share.measure
+    assert share.to_decide == ""
+    runs.loc[cards, "stop_epoch"] = 2  # cpu-decide's case: the rule fires at its first chance
+    share = {c.claim: c for c in claim_results(runs, correct)}[ClaimId.STOPS_EARLY]
+    assert share.to_decide == "a threshold or budget at which most runs do not stop at epoch 2"
 
 
 def test_timings_from_different_machines_are_not_judged():

@@ -708,7 +708,9 @@ def _stopping_claims(results: pd.DataFrame) -> list[ClaimResult]:
     """The share of card runs that stop by half the budget, with an exact binomial interval, per schedule.
 
     "Often stops after 2-3 of 6 epochs" is read as: most runs (more than half) stop by epoch 3 of 6 (half the
-    budget, :func:`~topotuner_lab.study.stopping.early_by`); a run that never stopped did not stop early.
+    budget, :func:`~topotuner_lab.study.stopping.early_by`); a run that never stopped did not stop early. Where
+    most runs stop at the earliest epoch the rule allows, that majority is the rule's floor, not a sign the training
+    had settled (a fixed epoch would give the same): the claim is then not testable here.
     """
     out = []
     cards = stopping_runs(results)
@@ -716,12 +718,13 @@ def _stopping_claims(results: pd.DataFrame) -> list[ClaimResult]:
         budget = int(group["epochs_run"].max())
         by = early_by(budget)
         early = int((group["stop_epoch"].notna() & (group["stop_epoch"] <= by)).sum())
+        at_floor = int((group["stop_epoch"] == EARLIEST_STOP).sum())
         claim = ClaimId.STOPS_EARLY if schedule == "linear" else ClaimId.STOPS_EARLY_CONSTANT_LR
         result = _result(
             claim,
             f"{schedule} schedule, {len(group)} runs",
             f"share of runs stopped by epoch {by} of {budget} (the card runs of every strategy; exact binomial "
-            "interval)",
+            f"interval; {at_floor} at epoch {EARLIEST_STOP}, the earliest the rule allows)",
             share_interval(early, len(group)),
             EARLY_STOP_SHARE,
         )
@@ -729,6 +732,12 @@ def _stopping_claims(results: pd.DataFrame) -> list[ClaimResult]:
             result = replace(result, verdict=UNTESTABLE)
         elif len(group) < (needed := runs_to_decide_share(EARLY_STOP_SHARE)):  # no outcome of so few runs decides
             result = replace(result, verdict=UNTESTABLE, to_decide=f"{needed} runs or more")
+        elif at_floor > EARLY_STOP_SHARE * len(group):  # the majority sits at the rule's floor
+            result = replace(
+                result,
+                verdict=UNTESTABLE,
+                to_decide=f"a threshold or budget at which most runs do not stop at epoch {EARLIEST_STOP}",
+            )
         out.append(result)
     return out
 
