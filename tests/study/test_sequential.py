@@ -79,3 +79,13 @@ def test_the_report_says_what_each_look_decided():
     assert "after 2, 4 seeds" in lines[0]
     assert lines[1] == "Look at 2 seeds (intervals at 99.44%): decided every thesis and control claim; no seeds added."
     assert look_lines(replace(preset, seed_blocks=()), looks) == []
+    floor = replace(preset, seed_floor=4)  # a look before the floor decides but does not end the study
+    looks = [{"seeds": 2, "level": 0.9944, "undecided": [], "adds_seeds": True, "seed_floor": 4}]
+    lines = look_lines(floor, looks)
+    assert "and up to 4 seeds whatever a look decides (the preset's floor)." in lines[0]
+    assert lines[1] == (
+        "Look at 2 seeds (intervals at 99.44%): decided every thesis and control claim; seeds added (the preset runs "
+        "4 seeds whatever a look decides)."
+    )
+    with pytest.raises(ParameterError, match="seed_floor=5"):
+        replace(preset, seed_floor=5)

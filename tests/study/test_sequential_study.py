@@ -44,3 +44,13 @@ def test_an_undecided_look_adds_the_next_block_and_the_last_look_is_recorded(tmp
     looks = json.loads((tmp_path / "out" / sequential.LOOKS_FILE).read_text())
     assert [(look["seeds"], look["adds_seeds"]) for look in looks] == [(2, True), (3, False)]
     assert looks[1]["level"] == pytest.approx(look_level([2 / 3, 1.0], 1))
+
+
+def test_a_look_below_the_seed_floor_adds_seeds_though_it_decides(tmp_path, monkeypatch):
+    monkeypatch.setattr(protocol, "open_claims", lambda claims: [])  # every sequential claim decided at each look
+    logged = []
+    results = run_study(replace(BLOCKS, seed_floor=3), tmp_path / "out", log=logged.append)
+    assert set(results["seed"]) == {0, 1, 2}  # the floor, not the first look, ends the study
+    looks = json.loads((tmp_path / "out" / sequential.LOOKS_FILE).read_text())
+    assert [(look["seeds"], look["adds_seeds"], look["seed_floor"]) for look in looks] == [(2, True, 3), (3, False, 3)]
+    assert any("decided; adding seeds up to the preset's floor of 3" in line for line in logged)

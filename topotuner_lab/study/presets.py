@@ -166,6 +166,12 @@ class Preset(Config):
         "that all looks together err at 5%; empty: one look at every seed",
         check=Check(lambda v: isinstance(v, tuple) and all(POSITIVE_INT(b) for b in v), "seed counts >= 1 (or none)"),
     )
+    seed_floor: int = opt(
+        0,
+        "seeds the claim arms run whatever the looks decide: a look before this many seeds judges and records the "
+        "thesis and control claims but does not end the study (0: a look that decides them ends it)",
+        check=NON_NEGATIVE_INT,
+    )
     side_arm_seeds: int = opt(
         0,
         "the arms that neither the thesis nor the control claims read (LoRA, Spectrum, SNR, relative change, further "
@@ -256,6 +262,11 @@ class Preset(Config):
                 f"seed_blocks={blocks} is not a sequence of looks ending at all {len(self.seeds)} seeds",
                 f"give increasing seed counts ending at len(seeds), e.g. seed_blocks=({len(self.seeds) // 2}, "
                 f"{len(self.seeds)})",
+            )
+        if self.seed_floor > len(self.seeds):
+            self.fail(
+                f"seed_floor={self.seed_floor} is more seeds than the preset has ({len(self.seeds)})",
+                f"give seed_floor at most len(seeds) = {len(self.seeds)}, or add seeds",
             )
         if not set(self.claim_budgets) <= set(self.budgets):
             self.fail(

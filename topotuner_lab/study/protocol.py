@@ -469,13 +469,15 @@ def _next_look(preset: Preset, ledger: Ledger, seeds: int, records: list[dict[st
     table = look_rows(preset, ledger.table())
     claims = claim_results(table, lambda run_dir, key: by_dir[run_dir][key], rules) if len(table) else []
     open_ = open_claims(claims)
-    more = seeds < len(preset.seeds) and open_ != []
+    below_floor = seeds < preset.seed_floor  # the preset runs this many seeds whatever a look decides
+    more = seeds < len(preset.seeds) and (open_ != [] or below_floor)
     records.append(
         {
             "seeds": seeds,
             "level": rules.level,
             "undecided": None if open_ is None else [f"{c.setting}: {c.measure}" for c in open_],
             "adds_seeds": more,
+            "seed_floor": preset.seed_floor,
         }
     )
     atomic.write_json(ledger.work.root / LOOKS_FILE, records)
@@ -487,9 +489,10 @@ def _next_look(preset: Preset, ledger: Ledger, seeds: int, records: list[dict[st
             if open_
             else "the thesis and control claims are decided"
         )
+        floor = f" up to the preset's floor of {preset.seed_floor}" if more and below_floor and not open_ else ""
         log(
             f"look at {seeds} seeds (intervals at {rules.level:.2%}): {why}; "
-            + ("adding seeds" if more else "stopping")
+            + (f"adding seeds{floor}" if more else "stopping")
         )
     return more
 

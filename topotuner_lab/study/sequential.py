@@ -113,8 +113,8 @@ def looks(preset: Preset) -> list[int]:
 
 
 def at_look(preset: Preset, seeds: int) -> Preset:
-    """``preset`` cut to its first ``seeds`` seeds: the runs a look plans (a prefix of the whole plan)."""
-    return replace(preset, seeds=preset.seeds[:seeds], seed_blocks=())
+    """``preset`` cut to its first ``seeds`` seeds: the runs a look plans (a prefix of the whole plan; no floor)."""
+    return replace(preset, seeds=preset.seeds[:seeds], seed_blocks=(), seed_floor=0)
 
 
 def look_rows(preset: Preset, table: pd.DataFrame) -> pd.DataFrame:

@@ -226,7 +226,7 @@ def look_lines(preset: Preset, looks: list[dict[str, Any]]) -> list[str]:
     if not preset.seed_blocks:
         return []
     return [
-        prose.sentence("setup_lines", "blocks", seed_blocks=preset.seed_blocks),
+        prose.sentence("setup_lines", "blocks", seed_blocks=preset.seed_blocks, seed_floor=preset.seed_floor),
         *(
             prose.sentence(
                 "setup_lines",
@@ -235,6 +235,7 @@ def look_lines(preset: Preset, looks: list[dict[str, Any]]) -> list[str]:
                 level=look["level"],
                 undecided=look["undecided"],
                 adds_seeds=look["adds_seeds"],
+                seed_floor=look.get("seed_floor", 0),  # looks recorded before the field: no floor
             )
             for look in looks
         ),
