@@ -7,7 +7,7 @@ import pytest
 
 from topotuner_lab.lab.plots import stopping_sweep_figure
 from topotuner_lab.lab.report import sections
-from topotuner_lab.lab.report.inputs import stop_rule_comparison, stop_rule_sweeps
+from topotuner_lab.lab.report.inputs import stop_rules
 from topotuner_lab.study.presets import Preset
 
 EPOCHS = 6
@@ -49,7 +49,7 @@ def _study() -> tuple[pd.DataFrame, dict[str, dict]]:
 
 def test_the_rules_are_calibrated_on_the_sweep_run_at_the_kept_rate_and_judged_on_the_result_seeds():
     results, stored = _study()
-    table = stop_rule_comparison(results, lambda d, key: stored[d][key], Preset()).set_index("rule")
+    table = stop_rules(results, lambda d, key: stored[d][key], Preset())[0].set_index("rule")
     assert table.loc["fixed epoch", "runs"] == 3  # the result seeds only
     assert table.loc["fixed epoch", "tolerance"] == pytest.approx(0.04)  # half the 0.78 -> 0.86 gain
     # the kept rate's sweep run plateaus at epoch 3: stopping at 2 there loses 0.05 > 0.04, so the rule stops at 3
@@ -63,14 +63,14 @@ def test_a_rule_whose_signal_no_run_recorded_is_left_out():
     for record in stored.values():
         for entry in record.get("drift_history", []):
             del entry["from_pretrained"]
-    table = stop_rule_comparison(results, lambda d, key: stored[d][key], Preset())
+    table = stop_rules(results, lambda d, key: stored[d][key], Preset())[0]
     assert "distance from pretrained <= eta" not in set(table["rule"]) and len(table) == 3
 
 
 def test_the_stopping_section_shows_the_comparison_only_when_there_is_one():
     results, stored = _study()
     results = results.assign(stop_epoch=2, acc_at_stop=0.7, drift_minus_lr_ratio=float("nan"), epochs_run=EPOCHS)
-    rules = stop_rule_comparison(results, lambda d, key: stored[d][key], Preset())
+    rules = stop_rules(results, lambda d, key: stored[d][key], Preset())[0]
     text = sections.stopping_section(results, rules=rules)
     assert "Four stopping rules" in text and "| validation-loss patience" in text
     assert "Four stopping rules" not in sections.stopping_section(results)
@@ -81,8 +81,8 @@ def test_each_threshold_rule_is_swept_on_the_judged_runs_through_its_calibrated_
     for entry in stored["runs/profile/100/0.001"]["drift_history"]:  # the calibration run moved further
         entry["from_pretrained"] *= 3
     correct = lambda d, key: stored[d][key]  # noqa: E731
-    sweeps = stop_rule_sweeps(results, correct, Preset())
-    rules = stop_rule_comparison(results, correct, Preset()).set_index("rule")
+    rules, sweeps = stop_rules(results, correct, Preset())
+    rules = rules.set_index("rule")
     assert set(sweeps["rule"]) == {"normalized drift below a threshold", "distance from pretrained <= eta"}
     assert (sweeps["runs"] == 3).all()  # the result seeds, as the comparison judges them
     drift = sweeps[sweeps["rule"] == "normalized drift below a threshold"].set_index("parameter")
@@ -102,7 +102,7 @@ def test_each_threshold_rule_is_swept_on_the_judged_runs_through_its_calibrated_
 def test_the_stopping_section_links_the_sweep_figure_beside_the_comparison():
     results, stored = _study()
     results = results.assign(stop_epoch=2, acc_at_stop=0.7, drift_minus_lr_ratio=float("nan"), epochs_run=EPOCHS)
-    rules = stop_rule_comparison(results, lambda d, key: stored[d][key], Preset())
+    rules = stop_rules(results, lambda d, key: stored[d][key], Preset())[0]
     text = sections.stopping_section(results, rules=rules, figure="figures/results_stopping_sweep.png")
     assert "](figures/results_stopping_sweep.png)" in text and "stopping by epoch 3 of 6" in text
     assert "stopping_sweep" not in sections.stopping_section(results, rules=rules)

@@ -324,7 +324,7 @@ def stopping_sweep_figure(
 ) -> go.Figure:
     """One column per threshold rule: test score at the stop minus the end, and the share stopping early.
 
-    ``sweeps`` is :func:`~topotuner_lab.lab.report.inputs.stop_rule_sweeps`' table (one row per target, rule and
+    ``sweeps`` is the second table of :func:`~topotuner_lab.lab.report.inputs.stop_rules` (one row per target, rule and
     parameter, with intervals: shaded); ``calibrated`` the rule comparison, whose parameter per target and rule is
     marked by a dashed line. The top row's dotted line is the loss the calibration allows (the target's margin);
     the bottom row's dotted curve is the share of runs stopping at the earliest epoch the rule allows.

@@ -103,11 +103,11 @@ class StudyInputs:
     #: each arm's score against its trainable share (:func:`~topotuner_lab.study.budget_curves.budget_curves`), where
     #: the preset has two budgets or more
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)
-    #: the stopping rules compared (:func:`stop_rule_comparison`), where card runs scored every epoch
+    #: the stopping rules compared (:func:`stop_rules`), where card runs scored every epoch
     stop_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: runs whose wall time counts their last sitting alone (resumed from a checkpoint that recorded no earlier time)
     last_sitting_runs: int = 0
-    #: the threshold rules over their whole grids on the same runs (:func:`stop_rule_sweeps`)
+    #: the threshold rules over their whole grids on the same runs (:func:`stop_rules`)
     stop_sweeps: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
@@ -172,6 +172,7 @@ def load_study(out_dir: str | Path) -> StudyInputs:
     def correct(run_dir: str, key: str) -> Any:  # the verified results: claims, and the test rows scored
         return runs[run_dir][key]  # type: ignore[literal-required]
 
+    rules, sweeps = stop_rules(results, correct, preset) if len(results) else (pd.DataFrame(), pd.DataFrame())
     return StudyInputs(
         out.root,
         results,
@@ -209,9 +210,9 @@ def load_study(out_dir: str | Path) -> StudyInputs:
             if len(preset.budgets) > 1 and len(results)
             else pd.DataFrame()
         ),
-        stop_rule_comparison(results, correct, preset) if len(results) else pd.DataFrame(),
+        rules,
         sum(timed_last_sitting_only(res) for res in runs.values()),
-        stop_rule_sweeps(results, correct, preset) if len(results) else pd.DataFrame(),
+        sweeps,
     )
 
 
@@ -313,34 +314,30 @@ def _stop_rule_splits(
         yield str(target), split["calibration"], split["result"], budget, margin.value
 
 
-def stop_rule_comparison(results: pd.DataFrame, correct: Any, preset: Preset) -> pd.DataFrame:
-    """Per target: four stopping rules calibrated on the sweep runs at each card's chosen rate, judged on the rest.
+def stop_rules(results: pd.DataFrame, correct: Any, preset: Preset) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per target: the stopping rules compared, and the threshold rules over their whole grids (the figure).
 
-    Each rule may lose at most the target's competitive margin (in accuracy) on the calibration runs' validation
-    scores (:func:`_stop_rule_splits` says which runs). A rule whose signal no run recorded (the eta rule before
-    runs kept their distance from the pretrained weights) is left out.
+    The comparison: four rules calibrated on the sweep runs at each card's chosen rate, each losing at most the
+    target's competitive margin (in accuracy) of the calibration runs' validation score, judged on the rest
+    (:func:`_stop_rule_splits` says which runs). A rule whose signal no run recorded (the eta rule before runs kept
+    their distance from the pretrained weights) is left out. The sweeps: each threshold rule judged on the same
+    result runs over its grid on them joined with its grid on the calibration runs, so the figure's curve passes
+    through the comparison's calibrated row.
     """
-    frames = []
+    compared, swept = [], []
     for target, calibration, result, budget, tolerance in _stop_rule_splits(results, correct, preset):
         table = compare_rules(calibration, result, budget, tolerance)
         recorded = [rule for rule in table["rule"] if rule_grid(rule, calibration, budget)]
-        frames.append(table[table["rule"].isin(recorded)].assign(target=target, tolerance=tolerance))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def stop_rule_sweeps(results: pd.DataFrame, correct: Any, preset: Preset) -> pd.DataFrame:
-    """Per target: each threshold rule judged at every point of its grid on the result runs (the stopping figure).
-
-    The same runs :func:`stop_rule_comparison` judges, over the rule's grid on them joined with its grid on the
-    calibration runs, so the figure's curve passes through the comparison's calibrated row.
-    """
-    frames = [
-        rule_sweep(result, rule, budget, grid).assign(target=target, tolerance=tolerance)
-        for target, calibration, result, budget, tolerance in _stop_rule_splits(results, correct, preset)
-        for rule in THRESHOLD_RULES
-        if (grid := sorted({*rule_grid(rule, calibration, budget), *rule_grid(rule, result, budget)}))
-    ]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        compared.append(table[table["rule"].isin(recorded)].assign(target=target, tolerance=tolerance))
+        swept += [
+            rule_sweep(result, rule, budget, grid).assign(target=target, tolerance=tolerance)
+            for rule in THRESHOLD_RULES
+            if (grid := sorted({*rule_grid(rule, calibration, budget), *rule_grid(rule, result, budget)}))
+        ]
+    return (
+        pd.concat(compared, ignore_index=True) if compared else pd.DataFrame(),
+        pd.concat(swept, ignore_index=True) if swept else pd.DataFrame(),
+    )
 
 
 def seed_picks(models: list[ModelDrift], preset: Preset) -> pd.DataFrame:

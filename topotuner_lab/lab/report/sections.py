@@ -351,7 +351,7 @@ def stopping_section(
 ) -> str:
     """Stop epochs by schedule, a threshold sweep over the stored drift, the rules compared, drift against the rate.
 
-    ``rules`` is :func:`~topotuner_lab.lab.report.inputs.stop_rule_comparison`'s table (empty or None: not shown);
+    ``rules`` is the first table of :func:`~topotuner_lab.lab.report.inputs.stop_rules` (empty or None: not shown);
     ``figure`` the path of the threshold rules' sweeps drawn on the same runs (shown with the comparison).
     """
     cards = stopping_runs(results)
@@ -380,14 +380,12 @@ def stopping_section(
         mean_acc_at_stop=("acc_at_stop", "mean"),
     )
     budget = int(cards["epochs_run"].max())
-    rule = None  # the rule at other thresholds, from each linear run's stored drift per epoch
-    if histories:
-        rule = {"sweep": threshold_sweep(histories, budget), "early": early_by(budget), "budget": budget}
+    sweep = threshold_sweep(histories, budget) if histories else None  # from each linear run's stored drift
     gap = None
     if results["drift_minus_lr_ratio"].notna().any():
         gap = results.groupby("method")["drift_minus_lr_ratio"].median().dropna()  # methods with a drift record
     return prose.render(
-        "stopping", table=table, rule=rule, gap=gap, compared=compared, figure=figure, early=early_by(budget),
+        "stopping", table=table, sweep=sweep, gap=gap, compared=compared, figure=figure, early=early_by(budget),
         budget=budget,
     )  # fmt: skip
 
