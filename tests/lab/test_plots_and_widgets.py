@@ -1,3 +1,4 @@
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -5,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from topotuner_lab._io.errors import ParameterError, ProfileError, TaskError
+from topotuner_lab._io.errors import ParameterError, ProfileError, TaskError, TopoTunerError
 from topotuner_lab.drift.cache import DriftCache
 from topotuner_lab.drift.compute import drift_table
 from topotuner_lab.drift.settings import DriftSettings
@@ -272,6 +273,29 @@ def test_png_export_retries_a_transient_kaleido_failure(tmp_path, monkeypatch):
     )
     with pytest.raises(RuntimeError, match="always"), pytest.warns(UserWarning):
         plots._write_png(go.Figure(), tmp_path / "b.png")
+
+
+def test_a_png_export_that_never_returns_is_abandoned_and_retried(tmp_path, monkeypatch):
+    never = threading.Event()  # a browser that stopped answering: the first export waits on it
+    calls = []
+
+    def hangs_once(self, path, **kwargs):
+        calls.append(path)
+        if len(calls) == 1:
+            never.wait()
+        Path(path).write_bytes(b"png")
+
+    monkeypatch.setattr(go.Figure, "write_image", hangs_once)
+    try:
+        with pytest.warns(UserWarning, match=r"retrying \(1/3\)"):
+            plots._write_png(go.Figure(), tmp_path / "a.png", timeout=0.2)
+        assert len(calls) == 2 and (tmp_path / "a.png").read_bytes() == b"png"
+        monkeypatch.setattr(go.Figure, "write_image", lambda self, path, **kw: never.wait())
+        with pytest.raises(TopoTunerError, match=r"b.png: the PNG export did not finish in 0.2 s in any of 3 tries"):
+            with pytest.warns(UserWarning):
+                plots._write_png(go.Figure(), tmp_path / "b.png", timeout=0.2)
+    finally:
+        never.set()  # let the abandoned exports end
 
 
 def test_rank_agreement_heatmap_is_square_annotated_and_fixed_to_minus_one_one():

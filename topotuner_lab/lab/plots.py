@@ -13,6 +13,7 @@ import itertools
 import logging
 import os
 import shutil
+import threading
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from topotuner_lab._io.atomic import atomic_path
+from topotuner_lab._io.errors import TopoTunerError
 from topotuner_lab.weights.projections import KINDS, parse_pid
 
 if TYPE_CHECKING:
@@ -707,19 +709,56 @@ def _quiet_browser_pipe() -> None:
         logging.getLogger(module).addFilter(_DropIgnoredBrowserMessage())
 
 
-def _write_png(fig: go.Figure, path: Path, attempts: int = 3) -> None:
-    """Kaleido's PNG export, retried.
+#: seconds one PNG export may take before it is abandoned and retried: kaleido waits on its browser's tab without a
+#: limit, and a Chromium that died on a loaded machine left a report render waiting for 18 minutes (an export there
+#: takes up to ~3.5 min when both cores are busy, ~5 s when idle)
+PNG_TIMEOUT_S = 600.0
+
+
+def _export_within(fig: go.Figure, path: Path, timeout: float) -> None:
+    """``fig.write_image`` on a daemon thread, abandoned after ``timeout`` seconds (TimeoutError).
+
+    Kaleido's own thread, started from this one, is a daemon too, so an export that never returns cannot keep the
+    process from exiting.
+    """
+    outcome: list[BaseException | None] = []
+
+    def export() -> None:
+        try:
+            fig.write_image(str(path), format="png", width=1000, height=fig.layout.height or 500)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=export, name=f"png-export {path.name}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        raise TimeoutError(f"no answer from kaleido's browser in {timeout:g} s")
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+def _write_png(fig: go.Figure, path: Path, attempts: int = 3, timeout: float = PNG_TIMEOUT_S) -> None:
+    """Kaleido's PNG export, retried, each try abandoned after ``timeout`` seconds.
 
     On a busy machine its Chromium tab can be asked to render before the tab's own script has loaded
-    (``ReferenceError: kaleido_scopes is not defined``).
+    (``ReferenceError: kaleido_scopes is not defined``), or the browser can stop answering. An export that times out
+    on every try is a user error (the machine is too loaded): nothing written before it is lost.
     """
     _quiet_browser_pipe()
     for attempt in range(1, attempts + 1):
         try:
-            fig.write_image(str(path), format="png", width=1000, height=fig.layout.height or 500)
+            _export_within(fig, path, timeout)
             return
         except Exception as exc:  # kaleido raises its own JavascriptError / ChromeError classes
             if attempt == attempts:
+                if isinstance(exc, TimeoutError):
+                    raise TopoTunerError(
+                        f"{path.name}: the PNG export did not finish in {timeout:g} s in any of {attempts} tries "
+                        "(kaleido's headless Chromium stopped answering)",
+                        "run the command again when the machine is less loaded: the files written so far are kept",
+                    ) from exc
                 raise
             warnings.warn(
                 f"PNG export failed ({exc.__class__.__name__}), retrying ({attempt}/{attempts})", stacklevel=2
