@@ -288,12 +288,12 @@ def test_a_png_export_that_never_returns_is_abandoned_and_retried(tmp_path, monk
     monkeypatch.setattr(go.Figure, "write_image", hangs_once)
     try:
         with pytest.warns(UserWarning, match=r"retrying \(1/3\)"):
-            plots._write_png(go.Figure(), tmp_path / "a.png", timeout=0.2)
+            plots._write_png(go.Figure(), tmp_path / "a.png", timeout=1.0)
         assert len(calls) == 2 and (tmp_path / "a.png").read_bytes() == b"png"
         monkeypatch.setattr(go.Figure, "write_image", lambda self, path, **kw: never.wait())
-        with pytest.raises(TopoTunerError, match=r"b.png: the PNG export did not finish in 0.2 s in any of 3 tries"):
+        with pytest.raises(TopoTunerError, match=r"b.png: the PNG export did not finish in 1 s in any of 3 tries"):
             with pytest.warns(UserWarning):
-                plots._write_png(go.Figure(), tmp_path / "b.png", timeout=0.2)
+                plots._write_png(go.Figure(), tmp_path / "b.png", timeout=1.0)
     finally:
         never.set()  # let the abandoned exports end
 
