@@ -19,31 +19,31 @@ QUOTES = [
     (
         "cpu-decide drift rule's cost when stopping",
         r"costs what stopping every run at\s+epoch 2 costs \(test accuracy (-[\d.]+ \[-[\d.]+, -[\d.]+\]) against",
-        "RESULTS.md",
+        "RESULTS-cpu-decide.md",
         "2.1  |          0.9 | 1.00 [0.83, 1.00]      | {}",
     ),
     (
         "cpu-decide fixed epoch's cost",
         r"costs \(test accuracy -[\d.]+ \[-[\d.]+, -[\d.]+\] against (-[\d.]+ \[-[\d.]+, -[\d.]+\])\)",
-        "RESULTS.md",
+        "RESULTS-cpu-decide.md",
         "2    |          0   | 1.00 [0.83, 1.00]      | {}",
     ),
     (
         "cpu-decide fine-tunes",
         r"complete `cpu-decide` run's report \((\d+) fine-tunes",
-        "RESULTS.md",
+        "RESULTS-cpu-decide.md",
         "; {} fine-tunes in all,",
     ),
     (
         "cpu-decide hours",
         r"run's report \(\d+ fine-tunes, ([\d.]+) h of compute",
-        "RESULTS.md",
+        "RESULTS-cpu-decide.md",
         "fine-tunes in all, {} h.",
     ),
     (
         "cpu-decide BoolQ zero-shot",
         r"scores below chance zero-shot \(([\d.]+) against",
-        "RESULTS.md",
+        "RESULTS-cpu-decide.md",
         "boolq accuracy, zero-shot {} (chance",
     ),
     (
