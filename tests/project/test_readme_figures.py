@@ -77,6 +77,18 @@ QUOTES = [
         "A card run takes {} less than full FT",
     ),
     (
+        "cpu-grid stability",
+        r"mean Jaccard index of\s+([\d.]+ \[[\d.]+, [\d.]+\]) across prior seeds",
+        "RESULTS.md",
+        "noise-only drift tables, mean over 10 pairs) | {} |",
+    ),
+    (
+        "cpu-grid stability null",
+        r"across prior seeds, against ([\d.]+) for cards from noise-only drift tables",
+        "RESULTS.md",
+        "with each other (mean {})",
+    ),
+    (
         "families noise ratio",
         r"move the weights only ([\d.]+)-[\d.]+x\s+the perturbation floor",
         "RESULTS-families.md",
