@@ -173,6 +173,14 @@ def test_setup_reports_the_presets_sizes_grids_and_arms():
     )
 
 
+def test_setup_gives_the_presets_reasons_after_its_margins():
+    reasons = ("SST-2 alone: BoolQ's gain is a label-prior shift.", "The margin is 0.25 x the pilot's gain.")
+    lines = _lines(sections.setup_section(replace(PRESET, rationale=reasons), 9, 9, _results()))
+    assert lines[-3:] == [*(f"Why (from the preset): {reason}" for reason in reasons), lines[-1]]
+    assert lines[-4].startswith("Forgetting (agnews)") and lines[-1].startswith("Drift only")
+    assert not any(line.startswith("Why") for line in _lines(sections.setup_section(PRESET, 9, 9, _results())))
+
+
 def test_setup_warns_when_the_forgetting_probe_starts_below_chance():
     """cpu-decide's BoolQ probe scores 0.375 zero-shot: the model leans to "no", and full FT raises the score by
     moving that lean, so the accuracy probe cannot read forgetting there."""

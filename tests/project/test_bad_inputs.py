@@ -299,6 +299,9 @@ def test_reproduce_refuses_a_folder_of_another_preset(capsys, tiny_folder, monke
     monkeypatch.setattr(protocol, "load_model", reached)
     with pytest.raises(Reached):  # the same preset resumes
         protocol.run_study(PRESETS["tiny"], tiny_folder, log=lambda _: None)
+    reworded = dataclasses.replace(PRESETS["tiny"], rationale=("a reason written later",))
+    with pytest.raises(Reached):  # so does one whose reasons are reworded: they explain the choices, they are none
+        protocol.run_study(reworded, tiny_folder, log=lambda _: None)
     (tiny_folder / "preset.json").write_bytes(b"\x00{damaged")
     log: list[str] = []
     with pytest.raises(Reached):  # a damaged preset.json is rewritten, as before

@@ -84,6 +84,7 @@ def test_a_users_file_is_a_preset_with_the_defaults_for_what_it_leaves_out(tmp_p
         pytest.param("colour: red\n", "mine.yaml: preset has no field(s) ['colour']", id="unknown-field"),
         pytest.param("prior: {epoch: 2}\n", "mine.yaml: fine-tune config has no field(s) ['epoch']", id="nested"),
         pytest.param("seeds: [-1]\n", "mine.yaml: preset: seeds=(-1,) is not seeds >= 0", id="bad-value"),
+        pytest.param("rationale: ['']\n", "rationale=('',) is not non-empty sentences", id="empty-reason"),
         pytest.param("seeds: [0\n", "is not valid YAML", id="malformed"),
         pytest.param("- seeds\n", "is not a mapping of key: value", id="a-list"),
     ],

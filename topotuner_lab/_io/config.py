@@ -121,6 +121,7 @@ def opt(
     flags: tuple[str, ...] | None = None,
     parse: Callable[[str], Any] | None = None,
     cli: bool = True,
+    compare: bool = True,
 ) -> Any:
     """A config field: its default, the help the CLI shows, the allowed ``choices`` and a ``check`` of its value.
 
@@ -128,18 +129,18 @@ def opt(
     stored field name that would mean something else on the command line is renamed there in one table,
     ``cli.options.SPELLINGS``; ``cli=False`` keeps a field off the command line. ``REQUIRED`` makes a field without
     default; ``factory`` computes the default per instance (mutable defaults such as dicts are copied per instance
-    anyway).
+    anyway). ``compare=False`` leaves a field out of equality: words that explain a choice, not the choice.
     """
     metadata = {"help": help, "choices": choices, "check": check, "flags": flags, "parse": parse, "cli": cli}
     if factory is not None:
-        return field(default_factory=factory, metadata=metadata)
+        return field(default_factory=factory, metadata=metadata, compare=compare)
     if default is REQUIRED:
-        return field(metadata=metadata)
+        return field(metadata=metadata, compare=compare)
     if isinstance(default, (dict, list, set)):
-        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+        return field(default_factory=lambda: type(default)(default), metadata=metadata, compare=compare)
     if isinstance(default, Config):
-        return field(default_factory=lambda: dataclasses.replace(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
+        return field(default_factory=lambda: dataclasses.replace(default), metadata=metadata, compare=compare)
+    return field(default=default, metadata=metadata, compare=compare)
 
 
 class Config:

@@ -211,6 +211,15 @@ class Preset(Config):
         "per target task, fine-tune fields that differ from the target config (e.g. boolq: {max_length: 256})",
         check=Check(lambda v: isinstance(v, dict) and all(isinstance(o, dict) for o in v.values()), "a mapping"),
     )
+    rationale: tuple[str, ...] = opt(
+        (),
+        "why the preset is as it is (its targets, margins, size, any amendment), a few sentences written with the "
+        "choices they explain; the report's setup prints them. Words only: a comparison resumes under reworded ones",
+        check=Check(
+            lambda v: isinstance(v, tuple) and all(isinstance(s, str) and s.strip() for s in v), "non-empty sentences"
+        ),
+        compare=False,
+    )
     metric: str = opt(DEFAULT_METRIC, "drift column the cards rank by")
     normalization: str = opt(DEFAULT_NORMALIZATION, "how drift is compared across sizes", choices=NORMALIZATIONS)
     noise_seeds: tuple[int, ...] = opt(
