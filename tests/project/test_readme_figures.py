@@ -89,6 +89,12 @@ QUOTES = [
         "with each other (mean {})",
     ),
     (
+        "cpu-grid stability size",
+        r"its measured spread says\s+(~\d+ prior seeds or more) would decide it",
+        "RESULTS.md",
+        "inconclusive | {} (",
+    ),
+    (
         "families noise ratio",
         r"move the weights only ([\d.]+)-[\d.]+x\s+the perturbation floor",
         "RESULTS-families.md",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from topotuner_lab.drift.cache import DriftCache
@@ -17,6 +18,7 @@ from topotuner_lab.study.stability import (
     jaccard,
     kind_counts,
     model_dependence_claims,
+    prior_seeds_to_decide,
     random_jaccard,
     stability_claim,
     stability_sentence,
@@ -110,6 +112,23 @@ def test_identical_cards_are_stable_and_disjoint_ones_are_not(cards_by_seed):
     assert stability_claim(disjoint, "x").verdict != "held"
     two = stability_table({0: cards_by_seed[0], 1: cards_by_seed[1]})
     assert stability_claim(two, "x").verdict == "not testable here"  # one pair of two seeds decides nothing
+
+
+def test_an_inconclusive_stability_claim_names_the_prior_seeds_that_would_decide_it():
+    # cpu-grid's three pairs: 0.2, 0.5, 0.2 (mean 0.3, sd 0.173) against the noise-only null 0.47: gap 0.17, so
+    # (1.96 x 0.173 / 0.17)^2 = 3.98 -> 4 pairs, which 4 seeds (6 pairs) give
+    pairs = pd.DataFrame(
+        {"seed_a": [0, 0, 1], "seed_b": [1, 2, 2], "jaccard": [0.2, 0.5, 0.2], "random_jaccard": [0.47] * 3}
+    )
+    claim = stability_claim(pairs, "x")
+    assert claim.verdict == "inconclusive" and claim.threshold == pytest.approx(0.47)
+    assert claim.to_decide == "~4 prior seeds or more (6 pairs; pairs share seeds, so this is a floor)"
+    assert prior_seeds_to_decide([0.2, 0.5, 0.2], 0.3, 0.46, 3).startswith("~4 prior seeds")
+    # a gap of 0.05: (1.96 x 0.173 / 0.05)^2 = 46.1 -> 47 pairs, which 10 seeds (45) do not give and 11 (55) do
+    assert prior_seeds_to_decide([0.2, 0.5, 0.2], 0.3, 0.35, 3).startswith("~11 prior seeds")
+    assert prior_seeds_to_decide([0.3, 0.4], 0.35, 0.35, 3) == "no size: the estimate sits on the threshold"
+    decided = pairs.assign(jaccard=[0.9, 0.95, 0.9])
+    assert stability_claim(decided, "x").verdict == "held" and stability_claim(decided, "x").to_decide == ""
 
 
 def test_kind_counts_and_value_output_share(cards_by_seed):

@@ -15,6 +15,7 @@ Both questions are asked of the cards that several prior fine-tunes (``Preset.pr
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from itertools import combinations
@@ -26,7 +27,9 @@ from scipy import stats as scipy_stats
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.study.claim_ids import ClaimId
 from topotuner_lab.study.claims import ClaimResult
+from topotuner_lab.study.power import Z95
 from topotuner_lab.study.stats import (
+    INCONCLUSIVE,
     LEVEL,
     N_BOOT,
     PILOT,
@@ -196,6 +199,22 @@ def drift_over_seeds(cards: Mapping[int, ProfileCard]) -> pd.DataFrame:
     return out.sort_values("mean", ascending=False)
 
 
+def prior_seeds_to_decide(jaccards: Sequence[float], estimate: float, threshold: float, seeds: int) -> str:
+    """The prior seeds whose pairs would bring the 95% half-width of the mean Jaccard below its gap to the threshold.
+
+    The normal approximation over the measured spread of the pairs, as if they were independent (k seeds give
+    k(k-1)/2 pairs): pairs share seeds, so the count is a floor. The estimate is assumed to stay where it is.
+    """
+    gap, spread = abs(estimate - threshold), float(np.std(jaccards, ddof=1)) if len(jaccards) > 1 else math.nan
+    if gap == 0 or not math.isfinite(spread):
+        return "no size: the estimate sits on the threshold" if gap == 0 else "a second pair to measure the spread"
+    pairs = math.ceil((Z95 * spread / gap) ** 2)
+    k = seeds + 1
+    while k * (k - 1) // 2 < pairs:
+        k += 1
+    return f"~{k} prior seeds or more ({k * (k - 1) // 2} pairs; pairs share seeds, so this is a floor)"
+
+
 def stability_claim(table: pd.DataFrame, setting: str, null: pd.DataFrame | None = None) -> ClaimResult | None:
     """Whether picks agree across prior seeds more than cards from noise-only drift tables do (mean over pairs).
 
@@ -203,7 +222,8 @@ def stability_claim(table: pd.DataFrame, setting: str, null: pd.DataFrame | None
     Without noise tables the threshold is what random cards of the same sizes share, a null any normalized ranking
     beats by structure alone, which the measure then says. The interval resamples the seed pairs, which share seeds,
     so it is optimistic; with three prior seeds it rests on three pairs: read it as a first look, not a test. Fewer
-    than :data:`MIN_PRIOR_SEEDS` seeds get no verdict.
+    than :data:`MIN_PRIOR_SEEDS` seeds get no verdict; an inconclusive one names the prior seeds that would decide
+    it (:func:`prior_seeds_to_decide`).
     """
     if table.empty:
         return None
@@ -216,6 +236,7 @@ def stability_claim(table: pd.DataFrame, setting: str, null: pd.DataFrame | None
         else "random cards of the same size, no noise tables"
     )
     seeds = len(set(table["seed_a"]) | set(table["seed_b"]))
+    judged = verdict(interval, threshold) if seeds >= MIN_PRIOR_SEEDS else UNTESTABLE
     return ClaimResult(
         ClaimId.PICKS_HOLD.value,
         setting,
@@ -224,7 +245,8 @@ def stability_claim(table: pd.DataFrame, setting: str, null: pd.DataFrame | None
         interval.low,
         interval.high,
         threshold,
-        verdict(interval, threshold) if seeds >= MIN_PRIOR_SEEDS else UNTESTABLE,
+        judged,
+        prior_seeds_to_decide(table["jaccard"], interval.estimate, threshold, seeds) if judged == INCONCLUSIVE else "",
     )
 
 
