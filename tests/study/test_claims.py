@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -313,6 +314,17 @@ def test_a_study_resumed_on_another_machine_judges_its_speed_on_the_machine_that
     four["machine"] = np.where((full & (four["seed"] > 0)) | (~full & (four["seed"] == 3)), "B", "A")
     picked = {c.claim: c for c in claim_results(four, correct)}[ClaimId.FASTER_THAN_FULL]
     assert picked.setting.startswith("all settings, timed on B (")  # A: many card runs, one full FT; B: 3 of it
+
+
+def test_an_inconclusive_speed_claim_names_the_runs_that_would_decide_it():
+    full = np.ones(50, dtype=int)
+    results, correct = _results(full, full, full, full)
+    lora = results["run"] == "lora@0.01"
+    results.loc[lora, "sec_per_epoch"] = np.where(results.loc[lora, "seed"] == 0, 5.0, 8.0)  # cards at 6 s
+    speed = {c.claim: c for c in claim_results(results, correct)}[ClaimId.FASTER_THAN_LORA]
+    assert speed.verdict == "inconclusive" and speed.low < 1 < speed.high
+    assert re.fullmatch(r"~\d+ runs of each method \(here 2 of the rarer\)", speed.to_decide), speed.to_decide
+    assert {c.claim: c for c in claim_results(results, correct)}[ClaimId.FASTER_THAN_FULL].to_decide == ""  # held
 
 
 def test_report_flags_a_rate_chosen_at_the_edge_of_its_grid():

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from topotuner_lab.study.power import Z95, Design, size_to_decide, variance_components
+from topotuner_lab.study.power import Z95, Design, runs_to_decide_ratio, size_to_decide, variance_components
 from topotuner_lab.study.stats import two_way_bootstrap
 
 
@@ -125,3 +125,14 @@ def test_paired_claims_carry_a_two_sided_p_value():
     assert far.p_value is not None and far.p_value < 0.001
     near = _result("c", "s", "a - b", two_way_bootstrap(a - (a - b).mean(), b), 0.0)
     assert near.p_value is not None and near.p_value > 0.5
+
+
+def test_a_ratio_is_sized_by_the_side_of_its_interval_that_faces_the_threshold():
+    # cpu-grid's card / LoRA time: 0.694 [0.436, 1.19] against 1 on 6 runs: the upper side, log(1.19 / 0.694) = 0.539,
+    # must shrink to the gap log(1 / 0.694) = 0.365: 6 x (0.539 / 0.365)^2 = 13.1 -> 14 runs
+    assert runs_to_decide_ratio(0.694, 0.436, 1.19, 1.0, 6) == "~14 runs of each method (here 6 of the rarer)"
+    assert runs_to_decide_ratio(1.3, 0.7, 1.5, 1.0, 6).startswith("~")  # above the threshold: the lower side counts
+    assert runs_to_decide_ratio(1.0, 0.7, 1.5, 1.0, 6) == "not by size: the estimate sits on the threshold"
+    # log(1.02 / 0.9) = 0.125 against log(1 / 0.9) = 0.105: 4 x 1.415 = 5.7 -> 6
+    assert runs_to_decide_ratio(0.9, 0.85, 1.02, 1.0, 4) == "~6 runs of each method (here 4 of the rarer)"
+    assert runs_to_decide_ratio(float("nan"), 0.7, 1.5, 1.0, 6) == ""

@@ -126,7 +126,7 @@ def test_an_inconclusive_stability_claim_names_the_prior_seeds_that_would_decide
     assert prior_seeds_to_decide([0.2, 0.5, 0.2], 0.3, 0.46, 3).startswith("~4 prior seeds")
     # a gap of 0.05: (1.96 x 0.173 / 0.05)^2 = 46.1 -> 47 pairs, which 10 seeds (45) do not give and 11 (55) do
     assert prior_seeds_to_decide([0.2, 0.5, 0.2], 0.3, 0.35, 3).startswith("~11 prior seeds")
-    assert prior_seeds_to_decide([0.3, 0.4], 0.35, 0.35, 3) == "no size: the estimate sits on the threshold"
+    assert prior_seeds_to_decide([0.3, 0.4], 0.35, 0.35, 3) == "not by size: the estimate sits on the threshold"
     decided = pairs.assign(jaccard=[0.9, 0.95, 0.9])
     assert stability_claim(decided, "x").verdict == "held" and stability_claim(decided, "x").to_decide == ""
 

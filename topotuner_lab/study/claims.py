@@ -22,7 +22,7 @@ from numpy.typing import ArrayLike
 from topotuner_lab._io.errors import ParameterError, TaskError
 from topotuner_lab.study.claim_ids import ClaimId
 from topotuner_lab.study.plan import CONTROLS, DEFAULT_RECIPE, PAPER_LORA, TOPOLOGY, RunKey, with_key_columns
-from topotuner_lab.study.power import Design, size_to_decide, two_sided_z
+from topotuner_lab.study.power import Design, runs_to_decide_ratio, size_to_decide, two_sided_z
 from topotuner_lab.study.presets import CLAIM_MEASURES, DEFAULT_MARGIN_SHARE, Preset
 from topotuner_lab.study.stats import (
     HELD,
@@ -663,17 +663,17 @@ def _speed_claims(runs: pd.DataFrame) -> list[ClaimResult]:
             continue
         timed, setting = _one_machine(both, name)
         judged = both if timed is None else timed
-        result = _result(
-            claim,
-            setting,
-            f"median profile / median {name} seconds per epoch",
-            bootstrap_ratio(
-                judged.loc[judged["method"] == "profile", "sec_per_epoch"],
-                judged.loc[judged["method"] == name, "sec_per_epoch"],
-            ),
-            threshold,
-            higher_is_better=False,
+        ratio = bootstrap_ratio(
+            judged.loc[judged["method"] == "profile", "sec_per_epoch"],
+            judged.loc[judged["method"] == name, "sec_per_epoch"],
         )
+        measure = f"median profile / median {name} seconds per epoch"
+        result = _result(claim, setting, measure, ratio, threshold, higher_is_better=False)
+        if result.verdict == INCONCLUSIVE:  # sized by the rarer method's runs, which bound the interval
+            rarer = int(judged["method"].value_counts().min())
+            result = replace(
+                result, to_decide=runs_to_decide_ratio(ratio.estimate, ratio.low, ratio.high, threshold, rarer)
+            )
         out.append(result if timed is not None else replace(result, verdict=UNTESTABLE))  # it measures the machines
     return out
 

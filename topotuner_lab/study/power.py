@@ -55,6 +55,21 @@ def two_sided_z(alpha: float) -> float:
     return NormalDist().inv_cdf(1 - alpha / 2)
 
 
+def runs_to_decide_ratio(estimate: float, low: float, high: float, threshold: float, runs: int) -> str:
+    """Runs of each method for a ratio's bootstrap interval to clear ``threshold``, in words ("" where unsized).
+
+    The interval's side that faces the threshold, on the log scale, shrinks as 1/sqrt(runs); the estimate is assumed
+    to stay where it is. ``runs`` is the rarer method's count, which bounds the interval.
+    """
+    if not all(math.isfinite(v) and v > 0 for v in (estimate, low, high, threshold)):
+        return ""
+    gap = abs(math.log(estimate / threshold))
+    if gap < 1e-12:
+        return "not by size: the estimate sits on the threshold"
+    side = math.log(high / estimate) if threshold > estimate else math.log(estimate / low)
+    return f"~{math.ceil(runs * (side / gap) ** 2)} runs of each method (here {runs} of the rarer)"
+
+
 def size_to_decide(design: Design, estimate: float, threshold: float, z: float = Z95) -> str:
     """What it would take to decide: ``"~12 seeds"`` at the measured examples, else the examples needed, in words.
 

@@ -207,7 +207,7 @@ def prior_seeds_to_decide(jaccards: Sequence[float], estimate: float, threshold:
     """
     gap, spread = abs(estimate - threshold), float(np.std(jaccards, ddof=1)) if len(jaccards) > 1 else math.nan
     if gap == 0 or not math.isfinite(spread):
-        return "no size: the estimate sits on the threshold" if gap == 0 else "a second pair to measure the spread"
+        return "not by size: the estimate sits on the threshold" if gap == 0 else "a second pair to measure the spread"
     pairs = math.ceil((Z95 * spread / gap) ** 2)
     k = seeds + 1
     while k * (k - 1) // 2 < pairs:
