@@ -55,6 +55,11 @@ def two_sided_z(alpha: float) -> float:
     return NormalDist().inv_cdf(1 - alpha / 2)
 
 
+#: what a size says where no size decides: the estimate lies on the threshold (within ON_THRESHOLD_TOL)
+ON_THRESHOLD = "not by size: the estimate sits on the threshold"
+ON_THRESHOLD_TOL = 1e-12
+
+
 def runs_to_decide_ratio(estimate: float, low: float, high: float, threshold: float, runs: int) -> str:
     """Runs of each method for a ratio's bootstrap interval to clear ``threshold``, in words ("" where unsized).
 
@@ -64,8 +69,8 @@ def runs_to_decide_ratio(estimate: float, low: float, high: float, threshold: fl
     if not all(math.isfinite(v) and v > 0 for v in (estimate, low, high, threshold)):
         return ""
     gap = abs(math.log(estimate / threshold))
-    if gap < 1e-12:
-        return "not by size: the estimate sits on the threshold"
+    if gap < ON_THRESHOLD_TOL:
+        return ON_THRESHOLD
     side = math.log(high / estimate) if threshold > estimate else math.log(estimate / low)
     return f"~{math.ceil(runs * (side / gap) ** 2)} runs of each method (here {runs} of the rarer)"
 
@@ -78,8 +83,8 @@ def size_to_decide(design: Design, estimate: float, threshold: float, z: float =
     threshold cannot be decided by size.
     """
     gap = abs(estimate - threshold)
-    if gap < 1e-12:
-        return "not by size: the estimate sits on the threshold"
+    if gap < ON_THRESHOLD_TOL:
+        return ON_THRESHOLD
     budget = (gap / z) ** 2  # the variance of the mean difference at which the half-width equals the gap
     room = budget - design.example_var / design.examples
     if room > 0:

@@ -27,7 +27,7 @@ from scipy import stats as scipy_stats
 from topotuner_lab.profiles.card import ProfileCard
 from topotuner_lab.study.claim_ids import ClaimId
 from topotuner_lab.study.claims import ClaimResult
-from topotuner_lab.study.power import Z95
+from topotuner_lab.study.power import ON_THRESHOLD, ON_THRESHOLD_TOL, Z95
 from topotuner_lab.study.stats import (
     INCONCLUSIVE,
     LEVEL,
@@ -205,10 +205,12 @@ def prior_seeds_to_decide(jaccards: Sequence[float], estimate: float, threshold:
     The normal approximation over the measured spread of the pairs, as if they were independent (k seeds give
     k(k-1)/2 pairs): pairs share seeds, so the count is a floor. The estimate is assumed to stay where it is.
     """
-    gap, spread = abs(estimate - threshold), float(np.std(jaccards, ddof=1)) if len(jaccards) > 1 else math.nan
-    if gap == 0 or not math.isfinite(spread):
-        return "not by size: the estimate sits on the threshold" if gap == 0 else "a second pair to measure the spread"
-    pairs = math.ceil((Z95 * spread / gap) ** 2)
+    gap = abs(estimate - threshold)
+    if gap < ON_THRESHOLD_TOL:
+        return ON_THRESHOLD
+    if len(jaccards) < 2:
+        return "a second pair to measure the spread"
+    pairs = math.ceil((Z95 * float(np.std(jaccards, ddof=1)) / gap) ** 2)
     k = seeds + 1
     while k * (k - 1) // 2 < pairs:
         k += 1
